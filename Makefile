@@ -1,0 +1,140 @@
+# Inkling MoE layer: reference, OpenBLAS and CUDA paths, differential harness.
+#
+#   make test            install what is missing, build, run every test (cmocka summaries)
+#   make fuzz            the differential fuzzer over every available path (FUZZ_SECONDS, FUZZ_SEED)
+#   make asan            the tests again under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make golden          regenerate golden/cases with the NumPy generator
+#   make help            every target
+#
+# Out-of-source: everything lands under $(BUILD). Libraries are detected with pkg-config and
+# nvcc on PATH (or in /usr/local/cuda); what was found is printed once per build.
+
+BUILD       ?= build
+CC          ?= cc
+NVCC        ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH   ?= -gencode arch=compute_90a,code=sm_90a
+PYTHON      ?= python3
+FUZZ_SECONDS ?= 60
+FUZZ_SEED   ?=
+SANITIZE    ?=
+
+pc_exists = $(shell pkg-config --exists $(1) 2>/dev/null && echo yes)
+HAVE_OPENBLAS := $(call pc_exists,openblas)
+HAVE_CMOCKA   := $(call pc_exists,cmocka)
+HAVE_CJSON    := $(call pc_exists,libcjson)
+HAVE_CUDA     := $(if $(NVCC),yes,)
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 $(WARN) -D_POSIX_C_SOURCE=200809L -fopenmp $(SANITIZE)
+CPPFLAGS += -I. -MMD -MP
+LDLIBS   += -lm -fopenmp
+NVFLAGS  ?= -O3 -g -lineinfo
+NVFLAGS  += -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -MMD -MP
+
+ifeq ($(HAVE_CJSON),yes)
+  CPPFLAGS += $(shell pkg-config --cflags libcjson)
+  LDLIBS   += $(shell pkg-config --libs libcjson)
+endif
+
+# ---------------------------------------------------------------- sources
+COMMON_SRC  := $(wildcard common/*.c)
+REF_SRC     := $(wildcard ref/*.c)
+HARNESS_SRC := $(filter-out harness/main.c,$(wildcard harness/*.c))
+BLAS_REAL := $(filter-out opt/blas/blas_stub.c,$(wildcard opt/blas/*.c))
+CUDA_REAL := $(wildcard opt/cuda/*.cu)
+ifeq ($(HAVE_OPENBLAS)$(if $(BLAS_REAL),yes),yesyes)
+  BLAS_SRC  := $(BLAS_REAL)
+  CPPFLAGS  += -DMOE_HAVE_OPENBLAS $(shell pkg-config --cflags openblas)
+  LDLIBS    += $(shell pkg-config --libs openblas)
+else
+  BLAS_SRC  := opt/blas/blas_stub.c
+endif
+ifeq ($(HAVE_CUDA)$(if $(CUDA_REAL),yes),yesyes)
+  CUDA_SRC  := $(CUDA_REAL)
+  CUDA_CSRC := $(filter-out opt/cuda/cuda_stub.c,$(wildcard opt/cuda/*.c))
+  CPPFLAGS  += -DMOE_HAVE_CUDA -isystem $(CUDA_HOME)/include
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+else
+  CUDA_SRC  :=
+  CUDA_CSRC := opt/cuda/cuda_stub.c
+endif
+
+LIB_CSRC := $(COMMON_SRC) $(REF_SRC) $(HARNESS_SRC) $(BLAS_SRC) $(CUDA_CSRC)
+LIB_OBJ  := $(LIB_CSRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+LIB      := $(BUILD)/lib/libinkling.a
+TOOL     := $(BUILD)/bin/inkling-moe
+TEST_SRC := $(wildcard tests/test_*.c)
+TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+# ---------------------------------------------------------------- top-level targets
+.PHONY: all deps deps-python test test-now asan fuzz fuzz-now fuzz-selftest fuzz-parse golden \
+        golden-check bench-cpu config clean help
+
+all: config $(LIB) $(TOOL) $(TESTS)
+
+deps:
+	@sh ./install-deps.sh
+
+deps-python: deps
+	@sh ./install-deps.sh --python
+
+config:
+	@echo "build $(BUILD): openblas=$(or $(HAVE_OPENBLAS),no) cmocka=$(or $(HAVE_CMOCKA),no)" \
+	      "cjson=$(or $(HAVE_CJSON),no) nvcc=$(or $(NVCC),no)$(if $(SANITIZE), sanitize=$(SANITIZE))"
+
+# The dependency install runs first, then a fresh make so that detection sees what it installed.
+test: deps
+	@$(MAKE) --no-print-directory test-now
+
+test-now: all
+	@sh tests/run-tests.sh $(BUILD)
+
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build/asan NVCC= \
+	    SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+	    test-now
+
+fuzz: deps
+	@$(MAKE) --no-print-directory fuzz-now
+
+fuzz-now: all
+	@$(TOOL) fuzz --seconds $(FUZZ_SECONDS) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) --report-dir $(BUILD)/fuzz-report
+
+golden: deps-python
+	$(PYTHON) golden/gen_golden.py --out golden/cases
+
+golden-check: deps-python
+	$(PYTHON) golden/gen_golden.py --check golden/cases
+
+clean:
+	rm -rf $(BUILD)
+
+help:
+	@sed -n '1,12p' Makefile | sed 's/^# \{0,1\}//'
+
+# ---------------------------------------------------------------- rules
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(TOOL): harness/main.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: tests/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(shell pkg-config --cflags cmocka 2>/dev/null) $< $(LIB) \
+	    $(shell pkg-config --libs cmocka 2>/dev/null) $(LDLIBS) -o $@
+
+-include $(shell find $(BUILD)/obj $(BUILD)/tests -name '*.d' 2>/dev/null)

@@ -1,0 +1,46 @@
+/*
+ * all_ranks.c: run every rank of a split on one machine and add the partials.
+ *
+ * Rules (decided in docs/architecture.md, "Partials"):
+ *   - each rank returns its partial as the served model would (serving: bf16 values);
+ *   - partials are added in fp32, in rank order 0, 1, ..., n-1;
+ *   - serving: the sum is rounded to bf16 once more (a no-op for n = 1).
+ * Ranks run one after another, each from its own shard built as that rank would load it, so
+ * peak memory is one shard at a time.
+ */
+#include "moe.h"
+#include "numeric.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+moe_status moe_forward_all_ranks(const moe_backend *be, const moe_config *cfg,
+                                 const moe_weights *w, moe_split_kind kind, int n,
+                                 int pad_inter_to, const moe_options *opt, int T,
+                                 const uint16_t *x, float *out, moe_stages *stages,
+                                 moe_error *err) {
+    if (!be || !cfg || !w || !opt) return moe_fail(err, MOE_ERR_ARG, "all ranks: NULL argument");
+    if (T < 0) return moe_fail(err, MOE_ERR_ARG, "forward: token count T = %d is negative", T);
+    const size_t TD = (size_t)T * (size_t)cfg->D;
+    float *partial = malloc((TD ? TD : 1) * sizeof(float));
+    if (!partial) return moe_fail(err, MOE_ERR_NOMEM, "all ranks: out of memory for a partial");
+    if (TD) memset(out, 0, TD * sizeof(float));
+    moe_status st = MOE_OK;
+    for (int r = 0; r < n && !st; r++) {
+        moe_split split = {kind, n, r, pad_inter_to};
+        moe_shard shard;
+        moe_layer *layer = NULL;
+        st = moe_shard_build(cfg, w, &split, &shard, err);
+        if (st) break;
+        st = moe_layer_create(be, &shard, opt, &layer, err);
+        if (!st) st = moe_layer_forward(layer, T, x, partial, r == 0 ? stages : NULL, err);
+        if (!st)
+            for (size_t i = 0; i < TD; i++) out[i] += partial[i];
+        moe_layer_destroy(layer);
+        moe_shard_free(&shard);
+    }
+    if (!st && opt->precision == MOE_PRECISION_SERVING)
+        for (size_t i = 0; i < TD; i++) out[i] = moe_round_bf16(out[i]);
+    free(partial);
+    return st;
+}

@@ -1,0 +1,96 @@
+/* layer_data.c: owned full-layer weights and the random layer (rules in layer_data.h). */
+#include "layer_data.h"
+
+#include "numeric.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void moe_layer_data_free(moe_layer_data *ld) {
+    if (!ld) return;
+    free(ld->gate_w);
+    free(ld->gate_bias);
+    free(ld->w13_mx);
+    free(ld->w13_scale);
+    free(ld->w2_mx);
+    free(ld->w2_scale);
+    free(ld->w13_bf16);
+    free(ld->w2_bf16);
+    free(ld->sink_w13);
+    free(ld->sink_w2);
+    memset(ld, 0, sizeof *ld);
+}
+
+moe_status moe_layer_data_alloc(const moe_config *cfg, moe_layer_data *ld, moe_error *err) {
+    memset(ld, 0, sizeof *ld);
+    moe_status st = moe_config_validate(cfg, err);
+    if (st) return st;
+    const size_t D = (size_t)cfg->D, I = (size_t)cfg->I, R = (size_t)cfg->R, S = (size_t)cfg->S;
+    ld->cfg = *cfg;
+    ld->gate_w = calloc((R + S) * D, sizeof(uint16_t));
+    ld->gate_bias = cfg->has_gate_bias ? calloc(R, sizeof(float)) : NULL;
+    if (cfg->routed_format == MOE_ROUTED_MXFP4) {
+        ld->w13_mx = calloc(R * 2 * I * D / 2, 1);
+        ld->w13_scale = calloc(R * 2 * I * D / 32, 1);
+        ld->w2_mx = calloc(R * D * I / 2, 1);
+        ld->w2_scale = calloc(R * D * I / 32, 1);
+    } else {
+        ld->w13_bf16 = calloc(R * 2 * I * D, sizeof(uint16_t));
+        ld->w2_bf16 = calloc(R * D * I, sizeof(uint16_t));
+    }
+    ld->sink_w13 = calloc(S * 2 * I * D + 1, sizeof(uint16_t));
+    ld->sink_w2 = calloc(S * D * I + 1, sizeof(uint16_t));
+    bool mx = cfg->routed_format == MOE_ROUTED_MXFP4;
+    if (!ld->gate_w || (cfg->has_gate_bias && !ld->gate_bias) || !ld->sink_w13 || !ld->sink_w2 ||
+        (mx && (!ld->w13_mx || !ld->w13_scale || !ld->w2_mx || !ld->w2_scale)) ||
+        (!mx && (!ld->w13_bf16 || !ld->w2_bf16))) {
+        moe_layer_data_free(ld);
+        return moe_fail(err, MOE_ERR_NOMEM, "layer data: out of memory");
+    }
+    moe_weights w = {ld->gate_w,  ld->gate_bias, 1.0f,        ld->w13_mx,   ld->w13_scale, ld->w2_mx,
+                     ld->w2_scale, ld->w13_bf16, ld->w2_bf16, ld->sink_w13, ld->sink_w2};
+    ld->w = w;
+    return MOE_OK;
+}
+
+static void fill_bf16_normal(uint16_t *p, size_t n, double stddev, moe_rng *rng) {
+    for (size_t i = 0; i < n; i++) p[i] = moe_f32_to_bf16((float)(moe_rng_normal(rng) * stddev));
+}
+
+/* Codes uniform over all 16; one scale byte per 32 columns, near 2^-(log2(sqrt(cols)) + 2). */
+static void fill_mxfp4(uint8_t *codes, uint8_t *scales, size_t rows, size_t cols, moe_rng *rng) {
+    int centre = 127 - (int)lround(0.5 * log2((double)cols)) - 2;
+    for (size_t i = 0; i < rows * cols / 2; i++) codes[i] = (uint8_t)(moe_rng_next(rng) & 0xFF);
+    for (size_t i = 0; i < rows * cols / 32; i++) scales[i] = (uint8_t)moe_rng_int(rng, centre - 1, centre + 1);
+}
+
+moe_status moe_layer_data_random(const moe_config *cfg, uint64_t seed, moe_layer_data *ld,
+                                 moe_error *err) {
+    moe_status st = moe_layer_data_alloc(cfg, ld, err);
+    if (st) return st;
+    const size_t D = (size_t)cfg->D, I = (size_t)cfg->I, R = (size_t)cfg->R, S = (size_t)cfg->S;
+    /* One stream per tensor, so changing one tensor's size leaves the others' draws alone. */
+    moe_rng gate = moe_rng_make(seed, 1), bias = moe_rng_make(seed, 2), scale = moe_rng_make(seed, 3);
+    moe_rng w13 = moe_rng_make(seed, 4), w2 = moe_rng_make(seed, 5);
+    moe_rng s13 = moe_rng_make(seed, 6), s2 = moe_rng_make(seed, 7);
+    fill_bf16_normal(ld->gate_w, (R + S) * D, 1.0 / sqrt((double)D), &gate);
+    if (cfg->has_gate_bias)
+        for (size_t e = 0; e < R; e++) ld->gate_bias[e] = (float)(0.05 * moe_rng_normal(&bias));
+    ld->w.global_scale = cfg->has_global_scale ? (float)(0.5 + 1.5 * moe_rng_uniform(&scale)) : 1.0f;
+    if (cfg->routed_format == MOE_ROUTED_MXFP4) {
+        fill_mxfp4(ld->w13_mx, ld->w13_scale, R * 2 * I, D, &w13);
+        fill_mxfp4(ld->w2_mx, ld->w2_scale, R * D, I, &w2);
+    } else {
+        fill_bf16_normal(ld->w13_bf16, R * 2 * I * D, 1.0 / sqrt((double)D), &w13);
+        fill_bf16_normal(ld->w2_bf16, R * D * I, 1.0 / sqrt((double)I), &w2);
+    }
+    fill_bf16_normal(ld->sink_w13, S * 2 * I * D, 1.0 / sqrt((double)D), &s13);
+    fill_bf16_normal(ld->sink_w2, S * D * I, 1.0 / sqrt((double)I), &s2);
+    return MOE_OK;
+}
+
+void moe_random_input(int T, int D, uint64_t seed, uint16_t *x) {
+    moe_rng rng = moe_rng_make(seed, 100);
+    fill_bf16_normal(x, (size_t)T * (size_t)D, 1.0, &rng);
+}

@@ -1,0 +1,262 @@
+/*
+ * moe.h: the one layer interface of the project.
+ *
+ * Every path that computes the Inkling MoE layer (the pure-C reference, the OpenBLAS path,
+ * the CUDA path, the harness's deliberately broken test doubles) is a `moe_backend`: a table
+ * of function pointers, modelled on ggml's backend interface. A caller
+ *   1. describes the layer with a `moe_config` and full-layer `moe_weights` (borrowed pointers),
+ *   2. cuts the weights one rank would hold with `moe_shard_build` (TP n / EP n, SPEC §4),
+ *   3. makes a `moe_layer` on a backend from that shard (weights become resident there),
+ *   4. calls `moe_layer_forward` as often as it likes: it returns the rank's partial output
+ *      and, on request, the stage outputs the harness compares.
+ *
+ * Rules that hold for every function declared here:
+ *   - library code never exits or aborts: every failure is a moe_status plus a message in a
+ *     moe_error that names the tensor, field or argument at fault;
+ *   - shapes are written next to every pointer, in the SPEC's letters:
+ *     T tokens, D hidden, I expert width, R routed experts, K top-k, S sinks, G = R + S;
+ *   - bf16 values travel as uint16_t bit patterns, everything else as fp32 unless stated.
+ */
+#ifndef INKLING_MOE_H
+#define INKLING_MOE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- status and errors */
+
+typedef enum {
+    MOE_OK = 0,
+    MOE_ERR_ARG,             /* a caller passed something invalid (NULL, negative T, ...) */
+    MOE_ERR_CONFIG,          /* inconsistent layer configuration or split */
+    MOE_ERR_SHAPE,           /* a tensor has the wrong shape */
+    MOE_ERR_DTYPE,           /* a tensor has the wrong element type */
+    MOE_ERR_VALUE,           /* a bad value inside weights (NaN E8M0 scale, overflow) */
+    MOE_ERR_NONFINITE_INPUT, /* strict mode refused an input row holding NaN or inf */
+    MOE_ERR_UNSUPPORTED,     /* the backend does not handle this configuration */
+    MOE_ERR_UNAVAILABLE,     /* the backend cannot run on this machine */
+    MOE_ERR_NOMEM,
+    MOE_ERR_IO,              /* a file could not be opened, read or written */
+    MOE_ERR_FORMAT,          /* a file is malformed */
+    MOE_ERR_DEVICE,          /* a CUDA / cuBLASLt / BLAS call failed */
+    MOE_ERR_INTERNAL,
+} moe_status;
+
+typedef struct {
+    moe_status status;
+    char msg[512];
+} moe_error;
+
+/* Records a failure in err (which may be NULL) and returns st, so that callers can write
+ * `return moe_fail(err, MOE_ERR_SHAPE, "tensor %s: ...", name);`. */
+moe_status moe_fail(moe_error *err, moe_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void moe_error_clear(moe_error *err);
+const char *moe_status_name(moe_status st);
+
+/* ---------------------------------------------------------------- layer configuration */
+
+typedef enum {
+    MOE_ROUTED_MXFP4 = 0, /* routed experts in MXFP4 (every quantized MoE layer) */
+    MOE_ROUTED_BF16 = 1,  /* routed experts in bf16 (the first MoE layer, layer 2) */
+} moe_routed_format;
+
+typedef struct {
+    int D;                /* hidden_size */
+    int I;                /* per-expert MoE intermediate width */
+    int R;                /* routed experts */
+    int K;                /* experts per token */
+    int S;                /* always-on sink experts */
+    float route_scale;
+    bool has_gate_bias;
+    bool has_global_scale;
+    moe_routed_format routed_format;
+} moe_config;
+
+/* Checks the configuration on its own (positive sizes, 1 <= K <= R, MXFP4 block alignment of
+ * D and I, finite route_scale). Names the offending config field on failure. */
+moe_status moe_config_validate(const moe_config *cfg, moe_error *err);
+
+/* The full layer's weights, as in the checkpoint (SPEC §3a). Pointers are borrowed (they may
+ * point into memory-mapped files). Only the members of cfg->routed_format are read. */
+typedef struct {
+    const uint16_t *gate_w;     /* [R+S, D] bf16; rows >= R are the sinks' gate rows */
+    const float *gate_bias;     /* [R], or NULL when !has_gate_bias */
+    float global_scale;         /* 1 when !has_global_scale */
+    const uint8_t *w13_mx;      /* MXFP4 [R, 2I, D/2]; row 2j = W1 row j (gate), 2j+1 = W3 row j (up) */
+    const uint8_t *w13_scale;   /* E8M0  [R, 2I, D/32] */
+    const uint8_t *w2_mx;       /* MXFP4 [R, D, I/2] */
+    const uint8_t *w2_scale;    /* E8M0  [R, D, I/32] */
+    const uint16_t *w13_bf16;   /* bf16  [R, 2I, D], same interleave */
+    const uint16_t *w2_bf16;    /* bf16  [R, D, I] */
+    const uint16_t *sink_w13;   /* bf16  [S, 2I, D], same interleave */
+    const uint16_t *sink_w2;    /* bf16  [S, D, I] */
+} moe_weights;
+
+/* ---------------------------------------------------------------- splits and shards */
+
+typedef enum {
+    MOE_SPLIT_NONE = 0,
+    MOE_SPLIT_TP = 1, /* tensor parallel: every expert's intermediate sliced n ways */
+    MOE_SPLIT_EP = 2, /* expert parallel: experts dealt out n ways, sinks TP-sliced */
+} moe_split_kind;
+
+typedef struct {
+    moe_split_kind kind;
+    int n;            /* ranks in the split (1 for MOE_SPLIT_NONE) */
+    int rank;         /* 0 <= rank < n */
+    int pad_inter_to; /* round each rank's intermediate width up to a multiple of this; 0 = none */
+} moe_split;
+
+/* What one rank holds (SPEC §4). Every array is owned by the shard. */
+typedef struct {
+    moe_config cfg;        /* the full layer's configuration (D, I, R, K, S unchanged) */
+    moe_split split;
+    int I_local;           /* routed intermediate width held, padding included */
+    int I_valid;           /* of which real channels; [I_valid, I_local) hold zero weights */
+    int sink_I_local;      /* sink intermediate width held, padding included */
+    int sink_I_valid;
+    int expert_first;      /* global id of the first local routed expert */
+    int n_local_experts;   /* R without EP; E_pad/n with EP (ids >= R are zero padding) */
+    uint16_t *gate_w;      /* [R+S, D] bf16: every rank computes the full routing */
+    float *gate_bias;      /* [R] or NULL */
+    float global_scale;
+    uint8_t *w13_mx;       /* [n_local_experts, 2*I_local, D/2]   (MXFP4 only) */
+    uint8_t *w13_scale;    /* [n_local_experts, 2*I_local, D/32]  (MXFP4 only) */
+    uint8_t *w2_mx;        /* [n_local_experts, D, I_local/2]     (MXFP4 only) */
+    uint8_t *w2_scale;     /* [n_local_experts, D, I_local/32]    (MXFP4 only) */
+    uint16_t *w13_bf16;    /* [n_local_experts, 2*I_local, D]     (bf16 only) */
+    uint16_t *w2_bf16;     /* [n_local_experts, D, I_local]       (bf16 only) */
+    uint16_t *sink_w13;    /* [S, 2*sink_I_local, D] */
+    uint16_t *sink_w2;     /* [S, D, sink_I_local] */
+} moe_shard;
+
+/* Validates a split against a configuration without building anything: n divides what it must,
+ * MXFP4 slabs stay 32-aligned, rank in range. Names the offending field. */
+moe_status moe_split_validate(const moe_config *cfg, const moe_split *split, moe_error *err);
+
+/* Copies the slab of w that split.rank holds into a new shard, padding as SPEC §4 says. Only
+ * the slab's bytes are read, so w may point into memory-mapped checkpoint files. Every MXFP4
+ * scale block copied is checked: a NaN byte (0xFF) or a block whose largest weight overflows
+ * fp32 fails with MOE_ERR_VALUE naming the tensor and index. On failure *shard is empty. */
+moe_status moe_shard_build(const moe_config *cfg, const moe_weights *w, const moe_split *split,
+                           moe_shard *shard, moe_error *err);
+void moe_shard_free(moe_shard *shard);
+
+/* E_pad / n under EP n, else R. */
+int moe_local_expert_count(const moe_config *cfg, const moe_split *split);
+
+/* ---------------------------------------------------------------- forward */
+
+typedef enum {
+    MOE_PRECISION_EXACT = 0,   /* the mathematical layer, double after the logits (SPEC §2) */
+    MOE_PRECISION_SERVING = 1, /* bf16 at the served model's rounding points (SPEC §2) */
+} moe_precision;
+
+typedef struct {
+    moe_precision precision;
+    int n_threads;          /* 0 = the backend's default */
+    bool strict_nonfinite;  /* refuse a call whose input holds NaN/inf instead of NaN rows */
+    int device;             /* CUDA device ordinal */
+} moe_options;
+
+moe_options moe_options_default(void);
+
+/* Stage outputs. Any pointer may be NULL (not wanted). A backend sets the MOE_STAGE_* bit in
+ * `filled` for each stage it wrote; the harness compares only what both sides filled.
+ * Slots whose expert is not held by this rank (EP) hold zeros in routed_h and routed_y. */
+enum {
+    MOE_STAGE_LOGITS = 1u << 0,
+    MOE_STAGE_TOPK = 1u << 1,     /* topk_ids and topk_weights */
+    MOE_STAGE_ROUTED_H = 1u << 2,
+    MOE_STAGE_ROUTED_Y = 1u << 3,
+    MOE_STAGE_SINK_H = 1u << 4,
+    MOE_STAGE_SINK_Y = 1u << 5,
+};
+
+typedef struct {
+    float *logits;        /* [T, R+S] fp32 gate logits */
+    int32_t *topk_ids;    /* [T, K] in slot order */
+    float *topk_weights;  /* [T, K+S] routed weights w_0..w_{K-1}, then sink gammas */
+    float *routed_h;      /* [T, K, I_local] silu(g)*u of slot k's expert (serving: bf16 values) */
+    float *routed_y;      /* [T, K, D] W2 h of slot k's expert, before the routing weight */
+    float *sink_h;        /* [T, S, sink_I_local] gamma_s*silu(g)*u (serving: bf16 values) */
+    float *sink_y;        /* [T, D] sum over sinks of W2_s h_s */
+    unsigned filled;      /* MOE_STAGE_* bits written by the backend */
+} moe_stages;
+
+/* ---------------------------------------------------------------- the backend interface */
+
+typedef struct moe_backend {
+    const char *name;        /* "ref", "blas", "cuda", or a test double's name */
+    const char *description;
+    /* Can this backend run on this machine at all? If not, why (e.g. "no CUDA device"). */
+    bool (*available)(char *why, size_t why_len);
+    /* Does it handle this configuration, split and precision? If not, why. */
+    bool (*supports)(const moe_config *cfg, const moe_split *split, const moe_options *opt,
+                     char *why, size_t why_len);
+    /* Makes the backend's resident copy of a shard. The shard must outlive the state
+     * (a backend may borrow its arrays). */
+    moe_status (*create)(const moe_shard *shard, const moe_options *opt, void **state,
+                         moe_error *err);
+    /* One forward call on T tokens: x [T, D] bf16 -> out [T, D] fp32, the rank's partial
+     * (serving: bf16-representable values). stages may be NULL. T may be 0. */
+    moe_status (*forward)(void *state, int T, const uint16_t *x, float *out, moe_stages *stages,
+                          moe_error *err);
+    /* Optional (may be NULL): the backend's own selection and weights on given logits, so that
+     * the harness can judge near-ties by feeding two selectors the same logits.
+     * logits [T, R+S] -> ids [T, K], weights [T, K+S]. */
+    moe_status (*route)(void *state, int T, const float *logits, int32_t *ids, float *weights,
+                        moe_error *err);
+    void (*destroy)(void *state);
+} moe_backend;
+
+/* The backends every build knows by name; one built without its library reports
+ * available() == false with the reason. */
+extern const moe_backend moe_backend_ref;
+extern const moe_backend moe_backend_blas;
+extern const moe_backend moe_backend_cuda;
+
+int moe_backend_count(void);
+const moe_backend *moe_backend_at(int i);
+const moe_backend *moe_backend_find(const char *name); /* NULL if unknown */
+
+/* ---------------------------------------------------------------- layers */
+
+typedef struct moe_layer moe_layer;
+
+/* Checks availability and support, then creates. */
+moe_status moe_layer_create(const moe_backend *backend, const moe_shard *shard,
+                            const moe_options *opt, moe_layer **layer, moe_error *err);
+/* Validates arguments, applies the strict non-finite policy, then forwards. */
+moe_status moe_layer_forward(moe_layer *layer, int T, const uint16_t *x, float *out,
+                             moe_stages *stages, moe_error *err);
+moe_status moe_layer_route(moe_layer *layer, int T, const float *logits, int32_t *ids,
+                           float *weights, moe_error *err);
+const moe_shard *moe_layer_shard(const moe_layer *layer);
+const moe_backend *moe_layer_backend(const moe_layer *layer);
+void moe_layer_destroy(moe_layer *layer);
+
+/* Runs every rank of a split kind (TP n or EP n, pad_inter_to as in moe_split; NONE with n=1
+ * is the unsplit layer), each from its own shard, and writes the sum of the partials added in
+ * fp32 in rank order (serving: the sum rounded to bf16 once more). stages, if given, receive
+ * rank 0's logits, ids and weights (every rank computes the same routing). */
+moe_status moe_forward_all_ranks(const moe_backend *backend, const moe_config *cfg,
+                                 const moe_weights *w, moe_split_kind kind, int n,
+                                 int pad_inter_to, const moe_options *opt, int T,
+                                 const uint16_t *x, float *out, moe_stages *stages,
+                                 moe_error *err);
+
+/* Index of the first token whose row of x [T, D] holds NaN or inf, or -1. */
+int moe_first_nonfinite_row(int T, int D, const uint16_t *x);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* INKLING_MOE_H */

@@ -1,0 +1,13 @@
+/* cuda_stub.c: the "cuda" backend in a build made without nvcc: known by name, never
+ * available, with the reason. */
+#include "../../common/moe.h"
+
+#include <stdio.h>
+
+static bool stub_available(char *why, size_t why_len) {
+    snprintf(why, why_len, "built without the CUDA toolkit (nvcc not found at build time)");
+    return false;
+}
+
+const moe_backend moe_backend_cuda = {"cuda", "CUDA path (not built)", stub_available,
+                                      NULL, NULL, NULL, NULL, NULL};

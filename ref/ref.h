@@ -1,0 +1,51 @@
+/*
+ * ref.h: the pure-C reference of the Inkling MoE layer, piece by piece.
+ *
+ * Rules of the reference (each file restates the rules it implements):
+ *   - plain loops, double accumulation, no BLAS, no threads, no cleverness: it is trusted
+ *     because it can be read against SPEC.md line by line;
+ *   - exact contract: logits accumulated in double and rounded once to fp32; selection and
+ *     weights in fp32 (computed in double from the fp32 logits, rounded once to fp32); all
+ *     later arithmetic in double with no rounding; the output rounded to fp32;
+ *   - serving contract: as exact, plus: GEMM1 outputs g, u rounded (via fp32) to bf16;
+ *     h = silu(g)*u (sinks: *gamma) from those values, rounded (via fp32) to bf16; the
+ *     output rounded (via fp32) to bf16 once.
+ * The pieces are exported so that other paths can reuse the parts that are not their
+ * business to speed up (the OpenBLAS path routes with ref_route_token).
+ */
+#ifndef INKLING_REF_H
+#define INKLING_REF_H
+
+#include "../common/moe.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* One token's gate logits: x [D] (as double), gate_w [G, D] bf16 -> logits [G] fp32. */
+void ref_gate_logits(const double *x, const uint16_t *gate_w, int G, int D, float *logits);
+
+/* One token's selection and weights (SPEC §1 steps 2-3).
+ * logits [R+S] fp32, bias [R] or NULL -> ids [K] in slot order, weights [K+S] (routed, then
+ * sink gammas) summing to route_scale * global_scale. */
+void ref_route_token(const float *logits, const float *bias, int R, int K, int S,
+                     float route_scale, float global_scale, int32_t *ids, float *weights);
+
+/* A weight matrix [rows, cols] in either storage, decoded one row at a time. */
+typedef struct {
+    const uint8_t *mx;     /* MXFP4 codes [rows, cols/2], or NULL */
+    const uint8_t *scale;  /* E8M0 [rows, cols/32] */
+    const uint16_t *bf16;  /* bf16 [rows, cols], or NULL */
+    int rows, cols;
+} ref_matrix;
+
+/* Row r of m, exactly, as double: out [cols]. */
+void ref_matrix_row(const ref_matrix *m, int r, double *out);
+
+/* One SwiGLU expert on one token.
+ * w13 [2*I_loc, D] interleaved (row 2j gate, 2j+1 up), w2 [D, I_loc], x [D].
+ * h [I_loc] = gamma * silu(g) * u, y [D] = W2 h. row_buf [max(D, I_loc)] is scratch. */
+void ref_expert_token(const ref_matrix *w13, const ref_matrix *w2, const double *x, int D,
+                      int I_loc, double gamma, bool serving, double *h, double *y,
+                      double *row_buf);
+
+#endif /* INKLING_REF_H */

@@ -1,0 +1,61 @@
+/*
+ * ref_expert.c: one SwiGLU expert on one token (SPEC §1 steps 4-5, §2).
+ *
+ * Rules:
+ *   - weights are decoded exactly (MXFP4 and bf16 are exact in fp32, so in double);
+ *   - g = W1 x and u = W3 x accumulate in double; w13 rows interleave: row 2j is W1 row j,
+ *     row 2j+1 is W3 row j;
+ *   - h = gamma * silu(g) * u (gamma = 1 for routed experts: their weight multiplies after W2;
+ *     gamma_s for sinks: it multiplies the intermediate, before W2);
+ *   - serving: g and u are rounded to bf16 (through fp32), h is computed from them and rounded
+ *     to bf16 (through fp32); y = W2 h accumulates in double either way.
+ */
+#include "ref.h"
+
+#include "../common/numeric.h"
+
+#include <math.h>
+
+void ref_matrix_row(const ref_matrix *m, int r, double *out) {
+    if (m->mx) {
+        const uint8_t *codes = m->mx + (size_t)r * (m->cols / 2);
+        const uint8_t *scales = m->scale + (size_t)r * (m->cols / 32);
+        for (int c = 0; c < m->cols; c++) {
+            uint8_t code = c % 2 == 0 ? (uint8_t)(codes[c / 2] & 0x0F) : (uint8_t)(codes[c / 2] >> 4);
+            out[c] = (double)moe_e2m1_to_f32(code) * (double)moe_e8m0_to_f32(scales[c / 32]);
+        }
+    } else {
+        for (int c = 0; c < m->cols; c++) out[c] = (double)moe_bf16_to_f32(m->bf16[(size_t)r * m->cols + c]);
+    }
+}
+
+static double dot(const double *a, const double *b, int n) {
+    double acc = 0.0;
+    for (int i = 0; i < n; i++) acc += a[i] * b[i];
+    return acc;
+}
+
+static double to_bf16(double v) { return (double)moe_round_bf16((float)v); }
+
+static double silu(double z) { return z / (1.0 + exp(-z)); }
+
+void ref_expert_token(const ref_matrix *w13, const ref_matrix *w2, const double *x, int D,
+                      int I_loc, double gamma, bool serving, double *h, double *y,
+                      double *row_buf) {
+    for (int j = 0; j < I_loc; j++) {
+        ref_matrix_row(w13, 2 * j, row_buf);
+        double g = dot(row_buf, x, D);
+        ref_matrix_row(w13, 2 * j + 1, row_buf);
+        double u = dot(row_buf, x, D);
+        if (serving) {
+            g = to_bf16(g);
+            u = to_bf16(u);
+        }
+        double hj = silu(g) * u * gamma;
+        h[j] = serving ? to_bf16(hj) : hj;
+    }
+    for (int d = 0; d < D; d++) {
+        ref_matrix_row(w2, d, row_buf);
+        y[d] = dot(row_buf, h, I_loc);
+    }
+}

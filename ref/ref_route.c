@@ -1,0 +1,57 @@
+/*
+ * ref_route.c: selection and weights (SPEC §1 steps 2-3).
+ *
+ * Rules:
+ *   - sel[e] = sigmoid(l[e]) + bias[e] in fp32, e < R: the sigmoid is computed in double from
+ *     the fp32 logit and rounded to fp32, then the fp32 bias is added in fp32;
+ *   - the K largest sel are chosen, one at a time: each pick is the largest remaining value,
+ *     and only a strictly larger value displaces the current candidate, so among equal values
+ *     the lowest index wins and equal values land in ascending index order;
+ *   - a = (l[i_0], ..., l[i_{K-1}], l[R], ..., l[R+S-1]); lambda = logsigmoid(a) =
+ *     min(a, 0) - log1p(exp(-|a|)); w = exp(lambda - max lambda) / sum * route_scale *
+ *     global_scale, in double from the fp32 logits, rounded once to fp32;
+ *   - the bias decides which experts are chosen, never how much they weigh.
+ */
+#include "ref.h"
+
+#include <math.h>
+
+/* a_j: the j-th selected routed logit for j < K, else sink j - K's logit. */
+static double weight_logit(const float *logits, const int32_t *ids, int R, int K, int j) {
+    return j < K ? (double)logits[ids[j]] : (double)logits[R + (j - K)];
+}
+
+/* log(sigmoid(a)) without overflow or cancellation for any a, including -inf and +inf. */
+static double log_sigmoid(double a) { return fmin(a, 0.0) - log1p(exp(-fabs(a))); }
+
+void ref_route_token(const float *logits, const float *bias, int R, int K, int S,
+                     float route_scale, float global_scale, int32_t *ids, float *weights) {
+    /* Selection. Rescanning the ids chosen so far keeps this free of buffers. */
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        float best_sel = 0.0f;
+        for (int e = 0; e < R; e++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken = taken || ids[j] == e;
+            if (taken) continue;
+            float sel = (float)(1.0 / (1.0 + exp(-(double)logits[e])));
+            sel += bias ? bias[e] : 0.0f;
+            if (best < 0 || sel > best_sel) { /* strictly larger: lowest index wins ties */
+                best = e;
+                best_sel = sel;
+            }
+        }
+        ids[k] = best;
+    }
+
+    /* Weights over the K routed logits and the S sink logits, in log space. Three passes
+     * recompute lambda rather than store it, so K + S has no fixed bound. */
+    const int n = K + S;
+    double m = -INFINITY;
+    for (int j = 0; j < n; j++) m = fmax(m, log_sigmoid(weight_logit(logits, ids, R, K, j)));
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) sum += exp(log_sigmoid(weight_logit(logits, ids, R, K, j)) - m);
+    const double scale = (double)route_scale * (double)global_scale;
+    for (int j = 0; j < n; j++)
+        weights[j] = (float)(exp(log_sigmoid(weight_logit(logits, ids, R, K, j)) - m) / sum * scale);
+}
