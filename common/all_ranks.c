@@ -21,6 +21,11 @@ moe_status moe_forward_all_ranks(const moe_backend *be, const moe_config *cfg,
                                  moe_error *err) {
     if (!be || !cfg || !w || !opt) return moe_fail(err, MOE_ERR_ARG, "all ranks: NULL argument");
     if (T < 0) return moe_fail(err, MOE_ERR_ARG, "forward: token count T = %d is negative", T);
+    if (T > 0 && (!x || !out)) return moe_fail(err, MOE_ERR_ARG, "forward: NULL x or out with T = %d", T);
+    /* checked before the loop: with n < 1 it would run no rank and report a zero output */
+    moe_split first = {kind, n, 0, pad_inter_to};
+    moe_status valid = moe_split_validate(cfg, &first, err);
+    if (valid) return valid;
     const size_t TD = (size_t)T * (size_t)cfg->D;
     float *partial = malloc((TD ? TD : 1) * sizeof(float));
     if (!partial) return moe_fail(err, MOE_ERR_NOMEM, "all ranks: out of memory for a partial");

@@ -49,5 +49,6 @@ double moe_rng_normal(moe_rng *r) {
 
 int moe_rng_int(moe_rng *r, int lo, int hi) {
     uint64_t span = (uint64_t)((int64_t)hi - (int64_t)lo + 1);
-    return lo + (int)(moe_rng_next(r) % span); /* bias below 2^-32 for the spans used here */
+    /* in 64 bits: lo + offset may pass through values an int cannot hold (lo = INT_MIN) */
+    return (int)((int64_t)lo + (int64_t)(moe_rng_next(r) % span)); /* bias below 2^-32 here */
 }
