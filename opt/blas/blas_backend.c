@@ -1,0 +1,489 @@
+/*
+ * blas_backend.c: the OpenBLAS CPU path as a moe_backend, serving contract only (SPEC §2).
+ *
+ * Rules:
+ *   - gate logits: one cblas_sgemm per fixed chunk of tokens on fp32 copies of x and the gate
+ *     (bf16 -> fp32 is exact; only the accumulation order differs from the reference); every
+ *     product with fewer than 4 token rows is one cblas_sgemv per row instead;
+ *   - selection and weights: ref_route_token, the reference's own code;
+ *   - routed experts, grouped by expert: the rows of x routed to a local expert are gathered,
+ *     its weights decoded tile by tile to fp32 and multiplied with cblas_sgemm; g and u are
+ *     rounded to bf16, h = silu(g) * u is formed from them exactly as the reference forms it
+ *     (in double) and rounded to bf16; GEMM2 accumulates in fp32 and y_k is kept apart from
+ *     the routing weight, which multiplies after W2 (SPEC §1);
+ *   - sinks: every token runs every sink through the same tile code, the gamma multiplying h
+ *     before W2; the sink sum is added in fp32 in sink order;
+ *   - output per token, in fp32 and a fixed order: slots k = 0..K-1 (w_k * y_k, slots whose
+ *     expert this rank does not hold skipped), then the sink sum; rounded to bf16 once;
+ *   - determinism: the tiling depends only on the shapes, never on the thread count; OpenMP
+ *     threads take whole tiles, each tile is one single-threaded sgemm writing its own part of
+ *     the result (OpenBLAS's own threading changes sgemm's bits, so it is held at 1 during a
+ *     call and restored after), so the result is bitwise the same for any thread count;
+ *   - non-finite input rows (SPEC §1): their fp32 copy is zeroed so no NaN enters a GEMM
+ *     batch; afterwards they get NaN logits, weights, output, sink_h and sink_y, zero
+ *     routed_h and routed_y, and ids 0..K-1, as the reference writes them.
+ */
+#include "blas_internal.h"
+
+#include "../../common/numeric.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A decoded weight tile holds about this many fp32 values (512 KB: a core's L2 share). */
+#define TILE_FLOATS (1 << 17)
+/* Gate logits are computed in chunks of this many tokens. */
+#define GATE_CHUNK 64
+
+typedef struct {
+    const moe_shard *shard;
+    int n_threads;
+    float *gate_f32; /* [G, D] fp32 copy of the bf16 gate */
+} blas_state;
+
+/* One unit of parallel work: a tile of one weight matrix applied to one group of tokens. */
+typedef struct {
+    int expert; /* local routed expert, or -1 - s for sink s */
+    int start;  /* first channel (GEMM1) or first output row d (GEMM2) */
+    int len;
+} blas_item;
+
+static bool blas_available(char *why, size_t why_len) {
+    (void)why;
+    (void)why_len;
+    return true;
+}
+
+static bool blas_supports(const moe_config *cfg, const moe_split *split, const moe_options *opt,
+                          char *why, size_t why_len) {
+    (void)cfg;
+    (void)split;
+    if (opt->precision != MOE_PRECISION_SERVING) {
+        snprintf(why, why_len,
+                 "precision: the blas path implements the serving contract only (SPEC §2); "
+                 "the exact contract runs on the reference");
+        return false;
+    }
+    return true;
+}
+
+static void blas_destroy(void *p) {
+    blas_state *s = p;
+    if (!s) return;
+    free(s->gate_f32);
+    free(s);
+}
+
+static moe_status blas_create(const moe_shard *sh, const moe_options *opt, void **out,
+                              moe_error *err) {
+    blas_state *s = calloc(1, sizeof *s);
+    if (!s) return moe_fail(err, MOE_ERR_NOMEM, "blas: out of memory");
+    const size_t GD = (size_t)(sh->cfg.R + sh->cfg.S) * (size_t)sh->cfg.D;
+    s->shard = sh;
+    s->n_threads = opt->n_threads > 0 ? opt->n_threads : omp_get_max_threads();
+    s->gate_f32 = malloc(GD * sizeof(float));
+    if (!s->gate_f32) {
+        blas_destroy(s);
+        return moe_fail(err, MOE_ERR_NOMEM, "blas: out of memory for the fp32 gate [R+S, D]");
+    }
+    for (size_t i = 0; i < GD; i++) s->gate_f32[i] = moe_bf16_to_f32(sh->gate_w[i]);
+    *out = s;
+    return MOE_OK;
+}
+
+/* Local routed expert e's matrices: w13 [2*I_local, D], w2 [D, I_local]. */
+static void routed_matrices(const moe_shard *sh, int e, ref_matrix *w13, ref_matrix *w2) {
+    const size_t D = (size_t)sh->cfg.D, IL = (size_t)sh->I_local;
+    memset(w13, 0, sizeof *w13);
+    memset(w2, 0, sizeof *w2);
+    w13->rows = (int)(2 * IL), w13->cols = (int)D;
+    w2->rows = (int)D, w2->cols = (int)IL;
+    if (sh->cfg.routed_format == MOE_ROUTED_MXFP4) {
+        w13->mx = sh->w13_mx + (size_t)e * 2 * IL * D / 2;
+        w13->scale = sh->w13_scale + (size_t)e * 2 * IL * D / 32;
+        w2->mx = sh->w2_mx + (size_t)e * D * IL / 2;
+        w2->scale = sh->w2_scale + (size_t)e * D * IL / 32;
+    } else {
+        w13->bf16 = sh->w13_bf16 + (size_t)e * 2 * IL * D;
+        w2->bf16 = sh->w2_bf16 + (size_t)e * D * IL;
+    }
+}
+
+/* Sink s's matrices: w13 [2*sink_I_local, D], w2 [D, sink_I_local], bf16. */
+static void sink_matrices(const moe_shard *sh, int s, ref_matrix *w13, ref_matrix *w2) {
+    const size_t D = (size_t)sh->cfg.D, SIL = (size_t)sh->sink_I_local;
+    memset(w13, 0, sizeof *w13);
+    memset(w2, 0, sizeof *w2);
+    w13->bf16 = sh->sink_w13 + (size_t)s * 2 * SIL * D;
+    w13->rows = (int)(2 * SIL), w13->cols = (int)D;
+    w2->bf16 = sh->sink_w2 + (size_t)s * D * SIL;
+    w2->rows = (int)D, w2->cols = (int)SIL;
+}
+
+/* Channels per GEMM1 tile and rows per GEMM2 tile: functions of the shapes only. */
+static int gemm1_tile_channels(int D, int width) {
+    int c = TILE_FLOATS / (2 * D);
+    return c < 1 ? 1 : (c > width ? width : c);
+}
+static int gemm2_tile_rows(int D, int width) {
+    int r = width > 0 ? TILE_FLOATS / width : D;
+    return r < 1 ? 1 : (r > D ? D : r);
+}
+
+/* c [n, ldc] = a [n, lda] * tile [rows, cols]^T, fp32. Fewer than SGEMV_BELOW rows of a go
+ * through one sgemv each (measured: sgemm packs the tile for every call and is several times
+ * slower there); the choice depends on n only, so it never depends on the thread count. */
+#define SGEMV_BELOW 4
+static void times_tile(int n, int rows, int cols, const float *a, int lda, const float *tile,
+                       float *c, int ldc) {
+    if (n < SGEMV_BELOW) {
+        for (int p = 0; p < n; p++)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, cols, 1.0f, tile, cols,
+                        a + (size_t)p * lda, 1, 0.0f, c + (size_t)p * ldc, 1);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, a, lda, tile, cols,
+                0.0f, c, ldc);
+}
+
+static double silu(double z) { return z / (1.0 + exp(-z)); }
+
+/* GEMM1 on channels [j0, j0+len) of one expert for n tokens, then h.
+ * x [n, D]; gamma [n] or NULL (1); tile [2*len, D] and gu [n, 2*len] scratch;
+ * h [n, ldh]: columns [j0, j0+len) are written. */
+static void gemm1_tile(const ref_matrix *w13, const float *x, int n, int D, const float *gamma,
+                       int j0, int len, float *tile, float *gu, float *h, int ldh) {
+    blas_decode_rows(w13, 2 * j0, 2 * len, tile);
+    times_tile(n, 2 * len, D, x, D, tile, gu, 2 * len);
+    for (int p = 0; p < n; p++) {
+        const float *row = gu + (size_t)p * 2 * len;
+        const double gam = gamma ? (double)gamma[p] : 1.0;
+        for (int j = 0; j < len; j++) {
+            /* The reference's serving h: bf16 g and u, silu(g) * u * gamma in double, rounded
+             * through fp32 to bf16. */
+            double g = (double)moe_round_bf16(row[2 * j]);
+            double u = (double)moe_round_bf16(row[2 * j + 1]);
+            h[(size_t)p * ldh + j0 + j] = moe_round_bf16((float)(silu(g) * u * gam));
+        }
+    }
+}
+
+/* GEMM2 on output rows [d0, d0+len) of one expert for n tokens.
+ * h [n, ldh] (width w2->cols); tile [len, w2->cols] scratch; y [n, ldy]: columns [d0, d0+len). */
+static void gemm2_tile(const ref_matrix *w2, const float *h, int ldh, int n, int d0, int len,
+                       float *tile, float *y, int ldy) {
+    blas_decode_rows(w2, d0, len, tile);
+    times_tile(n, len, w2->cols, h, ldh, tile, y + d0, ldy);
+}
+
+/* Everything one forward call needs besides the state; freed as a whole. */
+typedef struct {
+    float *xf;          /* [T, D] fp32 input, non-finite rows zeroed */
+    unsigned char *finite; /* [T] */
+    float *logits;      /* [T, G] */
+    int32_t *ids;       /* [T, K] */
+    float *weights;     /* [T, K+S] */
+    int *count;         /* [E] tokens per local expert */
+    int *offset;        /* [E+1] first pair of each local expert */
+    int *pair_token;    /* [T*K] token of each (expert, token) pair, grouped by expert */
+    int *slot_pair;     /* [T*K] pair of token t's slot k, or -1 when not held here */
+    float *xg;          /* [P, D] gathered inputs */
+    float *hg;          /* [P, I_local] routed h */
+    float *yg;          /* [P, D] routed y */
+    float *gamma;       /* [S, T] sink gammas, 0 on non-finite rows */
+    float *hs;          /* [T, S, sink_I_local] sink h */
+    float *ys;          /* [S, T, D] per-sink y; ys[0] becomes the sink sum */
+    float *scratch;     /* [n_threads, tile_floats + T * gu_floats] */
+    blas_item *items;   /* work lists */
+} blas_work;
+
+static void work_free(blas_work *w) {
+    free(w->xf);
+    free(w->finite);
+    free(w->logits);
+    free(w->ids);
+    free(w->weights);
+    free(w->count);
+    free(w->offset);
+    free(w->pair_token);
+    free(w->slot_pair);
+    free(w->xg);
+    free(w->hg);
+    free(w->yg);
+    free(w->gamma);
+    free(w->hs);
+    free(w->ys);
+    free(w->scratch);
+    free(w->items);
+}
+
+static void *alloc_or_flag(size_t n, size_t size, bool *failed) {
+    void *p = malloc((n ? n : 1) * size);
+    if (!p) *failed = true;
+    return p;
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Groups the finite tokens' slots by local expert, in token order within an expert. */
+static int group_by_expert(const moe_shard *sh, int T, blas_work *w) {
+    const int K = sh->cfg.K, E = sh->n_local_experts;
+    memset(w->count, 0, (size_t)E * sizeof(int));
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K && w->finite[t]; k++) {
+            int e = w->ids[(size_t)t * K + k] - sh->expert_first;
+            if (e >= 0 && e < E) w->count[e]++;
+        }
+    w->offset[0] = 0;
+    for (int e = 0; e < E; e++) w->offset[e + 1] = w->offset[e] + w->count[e];
+    memset(w->count, 0, (size_t)E * sizeof(int)); /* reused as the fill cursor */
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) {
+            int e = w->ids[(size_t)t * K + k] - sh->expert_first;
+            int *slot = &w->slot_pair[(size_t)t * K + k];
+            *slot = -1;
+            if (!w->finite[t] || e < 0 || e >= E) continue;
+            *slot = w->offset[e] + w->count[e]++;
+            w->pair_token[*slot] = t;
+        }
+    return w->offset[E];
+}
+
+static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, moe_stages *st,
+                               moe_error *err) {
+    blas_state *s = p;
+    const moe_shard *sh = s->shard;
+    const moe_config *c = &sh->cfg;
+    const int D = c->D, R = c->R, K = c->K, S = c->S, G = R + S, KS = K + S;
+    const int IL = sh->I_local, SIL = sh->sink_I_local, E = sh->n_local_experts;
+    const int nt = s->n_threads;
+    const size_t TD = (size_t)T * D;
+    if (st) st->filled = 0;
+
+    /* Tiles and their scratch: sizes from the shapes alone. */
+    const int r_ch = gemm1_tile_channels(D, IL), s_ch = gemm1_tile_channels(D, SIL);
+    const int r_rows = gemm2_tile_rows(D, IL), s_rows = gemm2_tile_rows(D, SIL);
+    const size_t tile_floats =
+        max_sz(max_sz((size_t)2 * r_ch * D, (size_t)2 * s_ch * D),
+               max_sz((size_t)r_rows * IL, (size_t)s_rows * SIL));
+    const size_t gu_floats = (size_t)2 * (r_ch > s_ch ? r_ch : s_ch);
+    const size_t per_thread = tile_floats + (size_t)T * gu_floats;
+    const int r_tiles1 = (IL + r_ch - 1) / r_ch, s_tiles1 = SIL > 0 ? (SIL + s_ch - 1) / s_ch : 0;
+    const int r_tiles2 = (D + r_rows - 1) / r_rows, s_tiles2 = (D + s_rows - 1) / s_rows;
+    const size_t max_items = (size_t)E * (size_t)(r_tiles1 > r_tiles2 ? r_tiles1 : r_tiles2) +
+                             (size_t)S * (size_t)(s_tiles1 > s_tiles2 ? s_tiles1 : s_tiles2);
+
+    blas_work w;
+    memset(&w, 0, sizeof w);
+    bool nomem = false;
+    w.xf = alloc_or_flag(TD, sizeof(float), &nomem);
+    w.finite = alloc_or_flag((size_t)T, 1, &nomem);
+    w.logits = alloc_or_flag((size_t)T * G, sizeof(float), &nomem);
+    w.ids = alloc_or_flag((size_t)T * K, sizeof(int32_t), &nomem);
+    w.weights = alloc_or_flag((size_t)T * KS, sizeof(float), &nomem);
+    w.count = alloc_or_flag((size_t)E, sizeof(int), &nomem);
+    w.offset = alloc_or_flag((size_t)E + 1, sizeof(int), &nomem);
+    w.pair_token = alloc_or_flag((size_t)T * K, sizeof(int), &nomem);
+    w.slot_pair = alloc_or_flag((size_t)T * K, sizeof(int), &nomem);
+    w.gamma = alloc_or_flag((size_t)S * T, sizeof(float), &nomem);
+    w.hs = alloc_or_flag((size_t)T * S * SIL, sizeof(float), &nomem);
+    w.ys = alloc_or_flag((size_t)(S > 0 ? S : 1) * TD, sizeof(float), &nomem);
+    w.scratch = alloc_or_flag((size_t)nt * per_thread, sizeof(float), &nomem);
+    w.items = alloc_or_flag(max_items, sizeof(blas_item), &nomem);
+    if (nomem) {
+        work_free(&w);
+        return moe_fail(err, MOE_ERR_NOMEM, "blas: out of memory for the work buffers of T = %d", T);
+    }
+
+    /* sgemm's bits depend on OpenBLAS's thread count: one thread inside every call. */
+    const int blas_threads = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+
+    /* Input to fp32; non-finite rows zeroed so that no NaN enters a GEMM. */
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < T; t++) {
+        bool finite = true;
+        float *row = w.xf + (size_t)t * D;
+        for (int d = 0; d < D; d++) {
+            row[d] = moe_bf16_to_f32(x[(size_t)t * D + d]);
+            finite = finite && isfinite(row[d]);
+        }
+        if (!finite) memset(row, 0, (size_t)D * sizeof(float));
+        w.finite[t] = finite;
+    }
+
+    /* Gate logits, in fixed chunks of tokens. */
+    const int gate_chunks = (T + GATE_CHUNK - 1) / GATE_CHUNK;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int ch = 0; ch < gate_chunks; ch++) {
+        int t0 = ch * GATE_CHUNK, n = T - t0 < GATE_CHUNK ? T - t0 : GATE_CHUNK;
+        times_tile(n, G, D, w.xf + (size_t)t0 * D, D, s->gate_f32, w.logits + (size_t)t0 * G, G);
+    }
+
+    /* Selection and weights. */
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < T; t++) {
+        float *lg = w.logits + (size_t)t * G, *wt = w.weights + (size_t)t * KS;
+        int32_t *id = w.ids + (size_t)t * K;
+        if (w.finite[t]) {
+            ref_route_token(lg, sh->gate_bias, R, K, S, c->route_scale, sh->global_scale, id, wt);
+        } else {
+            for (int g = 0; g < G; g++) lg[g] = NAN;
+            for (int k = 0; k < K; k++) id[k] = k;
+            for (int j = 0; j < KS; j++) wt[j] = NAN;
+        }
+        for (int sk = 0; sk < S; sk++) w.gamma[(size_t)sk * T + t] = w.finite[t] ? wt[K + sk] : 0.0f;
+    }
+
+    const int P = group_by_expert(sh, T, &w);
+    w.xg = alloc_or_flag((size_t)P * D, sizeof(float), &nomem);
+    w.hg = alloc_or_flag((size_t)P * IL, sizeof(float), &nomem);
+    w.yg = alloc_or_flag((size_t)P * D, sizeof(float), &nomem);
+    if (nomem) {
+        openblas_set_num_threads(blas_threads);
+        work_free(&w);
+        return moe_fail(err, MOE_ERR_NOMEM, "blas: out of memory for %d routed token rows", P);
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int q = 0; q < P; q++)
+        memcpy(w.xg + (size_t)q * D, w.xf + (size_t)w.pair_token[q] * D, (size_t)D * sizeof(float));
+
+    /* GEMM1 (+ h) over every (expert, channel tile) and (sink, channel tile). */
+    int n_items = 0;
+    for (int e = 0; e < E; e++)
+        for (int j = 0; j < IL && w.offset[e + 1] > w.offset[e]; j += r_ch)
+            w.items[n_items++] = (blas_item){e, j, IL - j < r_ch ? IL - j : r_ch};
+    for (int sk = 0; sk < S && T > 0; sk++)
+        for (int j = 0; j < SIL; j += s_ch)
+            w.items[n_items++] = (blas_item){-1 - sk, j, SIL - j < s_ch ? SIL - j : s_ch};
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int i = 0; i < n_items; i++) {
+        const blas_item it = w.items[i];
+        float *tile = w.scratch + (size_t)omp_get_thread_num() * per_thread;
+        ref_matrix w13, w2;
+        if (it.expert >= 0) {
+            routed_matrices(sh, it.expert, &w13, &w2);
+            int q0 = w.offset[it.expert], n = w.offset[it.expert + 1] - q0;
+            gemm1_tile(&w13, w.xg + (size_t)q0 * D, n, D, NULL, it.start, it.len, tile,
+                       tile + tile_floats, w.hg + (size_t)q0 * IL, IL);
+        } else {
+            int sk = -1 - it.expert;
+            sink_matrices(sh, sk, &w13, &w2);
+            gemm1_tile(&w13, w.xf, T, D, w.gamma + (size_t)sk * T, it.start, it.len, tile,
+                       tile + tile_floats, w.hs + (size_t)sk * SIL, S * SIL);
+        }
+    }
+
+    /* GEMM2 over every (expert, output-row tile) and (sink, output-row tile). */
+    n_items = 0;
+    for (int e = 0; e < E; e++)
+        for (int d = 0; d < D && w.offset[e + 1] > w.offset[e]; d += r_rows)
+            w.items[n_items++] = (blas_item){e, d, D - d < r_rows ? D - d : r_rows};
+    for (int sk = 0; sk < S && T > 0; sk++)
+        for (int d = 0; d < D; d += s_rows)
+            w.items[n_items++] = (blas_item){-1 - sk, d, D - d < s_rows ? D - d : s_rows};
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int i = 0; i < n_items; i++) {
+        const blas_item it = w.items[i];
+        float *tile = w.scratch + (size_t)omp_get_thread_num() * per_thread;
+        ref_matrix w13, w2;
+        if (it.expert >= 0) {
+            routed_matrices(sh, it.expert, &w13, &w2);
+            int q0 = w.offset[it.expert], n = w.offset[it.expert + 1] - q0;
+            gemm2_tile(&w2, w.hg + (size_t)q0 * IL, IL, n, it.start, it.len, tile,
+                       w.yg + (size_t)q0 * D, D);
+        } else {
+            int sk = -1 - it.expert;
+            sink_matrices(sh, sk, &w13, &w2);
+            gemm2_tile(&w2, w.hs + (size_t)sk * SIL, S * SIL, T, it.start, it.len, tile,
+                       w.ys + (size_t)sk * TD, D);
+        }
+    }
+    openblas_set_num_threads(blas_threads);
+
+    /* Output: slots in order, then the sink sum (itself summed in sink order), bf16 once. */
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < T; t++) {
+        float *o = out + (size_t)t * D, *sink_sum = w.ys + (size_t)t * D;
+        if (!w.finite[t]) {
+            for (int d = 0; d < D; d++) o[d] = sink_sum[d] = NAN;
+            continue;
+        }
+        for (int d = 0; d < D; d++) o[d] = 0.0f;
+        for (int k = 0; k < K; k++) {
+            int q = w.slot_pair[(size_t)t * K + k];
+            if (q < 0) continue;
+            const float wk = w.weights[(size_t)t * KS + k], *y = w.yg + (size_t)q * D;
+            for (int d = 0; d < D; d++) o[d] += wk * y[d];
+        }
+        for (int d = 0; d < D; d++) {
+            float sum = 0.0f;
+            for (int sk = 0; sk < S; sk++) sum += w.ys[(size_t)sk * TD + (size_t)t * D + d];
+            sink_sum[d] = sum;
+            o[d] = moe_round_bf16(o[d] + sum);
+        }
+    }
+
+    if (st) {
+        if (st->logits) memcpy(st->logits, w.logits, (size_t)T * G * sizeof(float));
+        if (st->topk_ids && st->topk_weights) {
+            memcpy(st->topk_ids, w.ids, (size_t)T * K * sizeof(int32_t));
+            memcpy(st->topk_weights, w.weights, (size_t)T * KS * sizeof(float));
+            st->filled |= MOE_STAGE_TOPK;
+        }
+        for (int t = 0; t < T; t++)
+            for (int k = 0; k < K; k++) {
+                int q = w.slot_pair[(size_t)t * K + k];
+                size_t tk = (size_t)t * K + k;
+                if (st->routed_h) {
+                    float *dst = st->routed_h + tk * IL;
+                    if (q < 0) memset(dst, 0, (size_t)IL * sizeof(float));
+                    else memcpy(dst, w.hg + (size_t)q * IL, (size_t)IL * sizeof(float));
+                }
+                if (st->routed_y) {
+                    float *dst = st->routed_y + tk * D;
+                    if (q < 0) memset(dst, 0, (size_t)D * sizeof(float));
+                    else memcpy(dst, w.yg + (size_t)q * D, (size_t)D * sizeof(float));
+                }
+            }
+        if (st->sink_h) {
+            memcpy(st->sink_h, w.hs, (size_t)T * S * SIL * sizeof(float));
+            for (int t = 0; t < T; t++)
+                for (size_t j = 0; !w.finite[t] && j < (size_t)S * SIL; j++)
+                    st->sink_h[(size_t)t * S * SIL + j] = NAN;
+        }
+        if (st->sink_y) memcpy(st->sink_y, w.ys, TD * sizeof(float));
+        st->filled |= (st->logits ? MOE_STAGE_LOGITS : 0u) | (st->routed_h ? MOE_STAGE_ROUTED_H : 0u) |
+                      (st->routed_y ? MOE_STAGE_ROUTED_Y : 0u) | (st->sink_h ? MOE_STAGE_SINK_H : 0u) |
+                      (st->sink_y ? MOE_STAGE_SINK_Y : 0u);
+    }
+    work_free(&w);
+    return MOE_OK;
+}
+
+static moe_status blas_route(void *p, int T, const float *logits, int32_t *ids, float *weights,
+                             moe_error *err) {
+    (void)err;
+    const blas_state *s = p;
+    const moe_config *c = &s->shard->cfg;
+    for (int t = 0; t < T; t++)
+        ref_route_token(logits + (size_t)t * (c->R + c->S), s->shard->gate_bias, c->R, c->K, c->S,
+                        c->route_scale, s->shard->global_scale, ids + (size_t)t * c->K,
+                        weights + (size_t)t * (c->K + c->S));
+    return MOE_OK;
+}
+
+const moe_backend moe_backend_blas = {
+    "blas",
+    "OpenBLAS CPU path: sgemm on exactly decoded fp32 tiles, grouped by expert (serving only)",
+    blas_available,
+    blas_supports,
+    blas_create,
+    blas_forward,
+    blas_route,
+    blas_destroy,
+};
