@@ -2,8 +2,10 @@
 #
 #   make test            install what is missing, build, run every test (cmocka summaries)
 #   make fuzz            the differential fuzzer over every available path (FUZZ_SECONDS, FUZZ_SEED)
+#   make fuzz-selftest   show that the fuzzer catches every planted bug (harness/mutants.c)
 #   make asan            the tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make golden          regenerate golden/cases with the NumPy generator
+#   make bench-cpu       reference vs OpenBLAS path on Inkling-Small (BENCH_ARGS; minutes)
 #   make help            every target
 #
 # Out-of-source: everything lands under $(BUILD). Libraries are detected with pkg-config and
@@ -16,6 +18,7 @@ CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH   ?= -gencode arch=compute_90a,code=sm_90a
 PYTHON      ?= python3
 FUZZ_SECONDS ?= 60
+FUZZ_PARSE_SECONDS ?= 60
 FUZZ_SEED   ?=
 SANITIZE    ?=
 
@@ -102,17 +105,40 @@ fuzz: deps
 fuzz-now: all
 	@$(TOOL) fuzz --seconds $(FUZZ_SECONDS) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) --report-dir $(BUILD)/fuzz-report
 
+# Proof of strength: every deliberately broken path (harness/mutants.c) must be caught.
+fuzz-selftest: all
+	@$(TOOL) fuzz --selftest --seconds $(FUZZ_SECONDS) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED))
+
+# libFuzzer on the safetensors header and config.json parsers; new inputs and crashes under $(BUILD).
+fuzz-parse:
+	@mkdir -p $(BUILD)/fuzz-parse/corpus $(BUILD)/fuzz-parse/crashes
+	clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined -I. \
+	    $(shell pkg-config --cflags libcjson) fuzz/fuzz_parse.c common/safetensors.c \
+	    common/checkpoint.c common/shard.c common/numeric.c common/status.c \
+	    $(shell pkg-config --libs libcjson) -lm -o $(BUILD)/fuzz-parse/fuzz_parse
+	$(BUILD)/fuzz-parse/fuzz_parse -max_total_time=$(FUZZ_PARSE_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=$(BUILD)/fuzz-parse/crashes/ $(BUILD)/fuzz-parse/corpus fuzz/corpus/parse
+
 golden: deps-python
 	$(PYTHON) golden/gen_golden.py --out golden/cases
 
 golden-check: deps-python
 	$(PYTHON) golden/gen_golden.py --check golden/cases
 
+# The CPU benchmark (not part of `make test`): Inkling-Small, reference vs OpenBLAS path.
+BENCH_CPU := $(BUILD)/bin/bench_cpu
+bench-cpu: config $(if $(filter -DMOE_HAVE_OPENBLAS,$(CPPFLAGS)),$(BENCH_CPU))
+	$(if $(filter -DMOE_HAVE_OPENBLAS,$(CPPFLAGS)),$(BENCH_CPU) $(BENCH_ARGS),@echo "bench-cpu: needs OpenBLAS (install libopenblas-dev)"; exit 1)
+
+$(BENCH_CPU): opt/blas/bench/bench_cpu.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
 clean:
 	rm -rf $(BUILD)
 
 help:
-	@sed -n '1,12p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'
 
 # ---------------------------------------------------------------- rules
 $(LIB): $(LIB_OBJ)
@@ -129,6 +155,16 @@ $(BUILD)/obj/%.cu.o: %.cu
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 $(TOOL): harness/main.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+# The CUDA path at the real shape on a GPU: correctness on sampled tokens, determinism, stage
+# timings (opt/cuda/check/cuda_check.c; needs nvcc, runs only where an sm_90 GPU is).
+.PHONY: cuda-check
+cuda-check: config $(BUILD)/bin/cuda-check
+
+$(BUILD)/bin/cuda-check: opt/cuda/check/cuda_check.c $(LIB)
+	@test -n "$(CUDA_SRC)" || { echo "cuda-check needs nvcc"; exit 1; }
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
 

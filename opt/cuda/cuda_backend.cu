@@ -1,0 +1,514 @@
+/*
+ * cuda_backend.cu: the CUDA path as a moe_backend (serving contract only, SPEC §2).
+ *
+ * Rules:
+ *   - create() uploads the shard once; the weights stay resident in their stored format
+ *     (MXFP4 stays MXFP4: no dequantized copy); the sinks' w2 is laid out once as
+ *     [D, S*sink_I_local] so one GEMM sums over the sinks;
+ *   - forward() allocates nothing on the device except when T exceeds the largest T seen:
+ *     then the per-token workspace is freed and allocated again for the new T (cudaFree and
+ *     cudaMalloc synchronise the device; later calls with T at most that size allocate nothing);
+ *   - the host waits only at the end of forward(), for the copies back (stage copies and the
+ *     output are queued on the routed stream; pageable copies complete before returning);
+ *   - routed chain on one stream: upload x, gate logits, routing, grouping, GEMM1+SwiGLU,
+ *     GEMM2, combine; sink chain on a second stream, started after the upload and joined
+ *     before the combine, so the sinks overlap the routed experts;
+ *   - a slot whose expert is not held by this shard contributes nothing; a token whose row
+ *     holds NaN/inf gets NaN logits, weights and output, ids 0..K-1 (as the reference writes);
+ *   - every CUDA / cuBLASLt failure is MOE_ERR_DEVICE naming the call.
+ */
+#include "cuda_internal.h"
+#include "cuda_profile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define L2_FLUSH_BYTES ((size_t)256 << 20)
+
+namespace {
+
+enum { EV_UPLOAD, EV_GATE, EV_ROUTE, EV_GROUP, EV_GEMM1, EV_GEMM2, EV_COMBINE, EV_DOWNLOAD,
+       EV_BEGIN, EV_SINK_START, EV_SINK_GEMM1, EV_SINK_SWIGLU, EV_SINK_GEMM2, EV_COUNT };
+
+struct cuda_state {
+    const moe_shard *shard;
+    int device;
+    int D, R, K, S, G, IL, SIL, E, expert_first;
+    cudaStream_t routed, sinks;
+    cudaEvent_t x_ready, route_ready, sinks_done;
+    cudaEvent_t timing[EV_COUNT];
+    cublasLtHandle_t lt;
+    void *lt_ws_routed, *lt_ws_sinks;
+    moe_cuda_lt_plan gate_plan, sink1_plan, sink2_plan;
+    /* resident weights */
+    uint16_t *gate_w;   /* [G, D] */
+    float *gate_bias;   /* [R] or NULL */
+    moe_cuda_experts experts;
+    uint16_t *sink_w13; /* [S*2*SIL, D] */
+    uint16_t *sink_w2;  /* [D, S*SIL] */
+    /* per-token workspace, sized for T_cap tokens */
+    int T_cap;
+    void *ws;
+    uint16_t *x;        /* [T, D] */
+    float *logits;      /* [T, G] */
+    int32_t *ids;       /* [T, K] */
+    float *weights;     /* [T, K+S] */
+    int32_t *bad;       /* [T] */
+    int32_t *perm;      /* [E, T] */
+    moe_cuda_tile *tiles;
+    uint16_t *h;        /* [T*K, IL] */
+    float *y;           /* [T*K, D] */
+    uint16_t *sink_gu;  /* [T, S*2*SIL] */
+    uint16_t *sink_h;   /* [T, S*SIL] */
+    float *sink_y;      /* [T, D] */
+    float *out;         /* [T, D] */
+    int32_t *counts;    /* [E] */
+    int32_t *n_tiles;   /* [1] */
+    float *stage;       /* stage conversions, stage_cap floats */
+    size_t stage_cap;
+    void *flush;        /* L2_FLUSH_BYTES, allocated on first use */
+};
+
+bool device_is_sm90(int device) {
+    cudaDeviceProp prop;
+    return cudaGetDeviceProperties(&prop, device) == cudaSuccess && prop.major == 9 && prop.minor == 0;
+}
+
+bool cuda_available(char *why, size_t why_len) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(why, why_len, "no CUDA device: cudaGetDeviceCount failed: %s", cudaGetErrorString(e));
+        cudaGetLastError(); /* clear the sticky-free error so later calls start clean */
+        return false;
+    }
+    if (n == 0) {
+        snprintf(why, why_len, "no CUDA device: cudaGetDeviceCount returned 0");
+        return false;
+    }
+    for (int d = 0; d < n; d++)
+        if (device_is_sm90(d)) return true;
+    snprintf(why, why_len, "no compute capability 9.0 device (the kernels are built for sm_90a)");
+    return false;
+}
+
+bool cuda_supports(const moe_config *cfg, const moe_split *split, const moe_options *opt,
+                   char *why, size_t why_len) {
+    (void)split;
+    if (opt->precision != MOE_PRECISION_SERVING) {
+        snprintf(why, why_len, "the CUDA path implements the serving contract only (bf16 g, u, h); "
+                               "use --precision serving");
+        return false;
+    }
+    if ((size_t)cfg->R * 4 + (size_t)cfg->K * 4 > 200 * 1024) {
+        snprintf(why, why_len, "n_routed_experts %d: the routing kernel keeps R scores in shared "
+                               "memory and takes at most 51200", cfg->R);
+        return false;
+    }
+    return true;
+}
+
+void free_workspace(cuda_state *s) {
+    cudaFree(s->ws);
+    s->ws = NULL;
+    s->T_cap = 0;
+}
+
+void cuda_destroy(void *p) {
+    cuda_state *s = (cuda_state *)p;
+    if (!s) return;
+    cudaSetDevice(s->device);
+    if (s->routed) cudaStreamSynchronize(s->routed);
+    if (s->sinks) cudaStreamSynchronize(s->sinks);
+    free_workspace(s);
+    cudaFree(s->stage);
+    cudaFree(s->flush);
+    cudaFree(s->gate_w);
+    cudaFree(s->gate_bias);
+    cudaFree((void *)s->experts.w13_mx);
+    cudaFree((void *)s->experts.w13_scale);
+    cudaFree((void *)s->experts.w2_mx);
+    cudaFree((void *)s->experts.w2_scale);
+    cudaFree((void *)s->experts.w13_bf16);
+    cudaFree((void *)s->experts.w2_bf16);
+    cudaFree(s->sink_w13);
+    cudaFree(s->sink_w2);
+    cudaFree(s->lt_ws_routed);
+    cudaFree(s->lt_ws_sinks);
+    moe_cuda_lt_plan_free(&s->gate_plan);
+    moe_cuda_lt_plan_free(&s->sink1_plan);
+    moe_cuda_lt_plan_free(&s->sink2_plan);
+    if (s->lt) cublasLtDestroy(s->lt);
+    if (s->x_ready) cudaEventDestroy(s->x_ready);
+    if (s->route_ready) cudaEventDestroy(s->route_ready);
+    if (s->sinks_done) cudaEventDestroy(s->sinks_done);
+    for (int i = 0; i < EV_COUNT; i++)
+        if (s->timing[i]) cudaEventDestroy(s->timing[i]);
+    if (s->routed) cudaStreamDestroy(s->routed);
+    if (s->sinks) cudaStreamDestroy(s->sinks);
+    free(s);
+}
+
+/* Copies n bytes of host memory to a new device buffer (NULL host or n = 0: nothing). */
+moe_status upload(void **dst, const void *src, size_t n, const char *name, moe_error *err) {
+    *dst = NULL;
+    if (!src || n == 0) return MOE_OK;
+    cudaError_t e = cudaMalloc(dst, n);
+    if (e == cudaSuccess) e = cudaMemcpy(*dst, src, n, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess)
+        return moe_fail(err, MOE_ERR_DEVICE, "cuda: uploading %s (%zu bytes) failed: %s", name, n,
+                        cudaGetErrorString(e));
+    return MOE_OK;
+}
+
+moe_status upload_weights(cuda_state *s, const moe_shard *sh, moe_error *err) {
+    const size_t D = (size_t)s->D, IL = (size_t)s->IL, E = (size_t)s->E, S = (size_t)s->S;
+    const size_t SIL = (size_t)s->SIL;
+    moe_status st = upload((void **)&s->gate_w, sh->gate_w, (size_t)s->G * D * 2, "gate_w", err);
+    if (!st) st = upload((void **)&s->gate_bias, sh->gate_bias, (size_t)s->R * 4, "gate_bias", err);
+    moe_cuda_experts *ex = &s->experts;
+    ex->E = s->E, ex->D = s->D, ex->IL = s->IL;
+    ex->mxfp4 = sh->cfg.routed_format == MOE_ROUTED_MXFP4;
+    if (ex->mxfp4) {
+        if (!st) st = upload((void **)&ex->w13_mx, sh->w13_mx, E * 2 * IL * D / 2, "w13 codes", err);
+        if (!st) st = upload((void **)&ex->w13_scale, sh->w13_scale, E * 2 * IL * D / 32, "w13 scales", err);
+        if (!st) st = upload((void **)&ex->w2_mx, sh->w2_mx, E * D * IL / 2, "w2 codes", err);
+        if (!st) st = upload((void **)&ex->w2_scale, sh->w2_scale, E * D * IL / 32, "w2 scales", err);
+    } else {
+        if (!st) st = upload((void **)&ex->w13_bf16, sh->w13_bf16, E * 2 * IL * D * 2, "w13 bf16", err);
+        if (!st) st = upload((void **)&ex->w2_bf16, sh->w2_bf16, E * D * IL * 2, "w2 bf16", err);
+    }
+    if (!st) st = upload((void **)&s->sink_w13, sh->sink_w13, S * 2 * SIL * D * 2, "sink_w13", err);
+    if (st || S == 0 || SIL == 0) return st;
+    /* sink_w2 [S, D, SIL] -> [D, S*SIL]: column s*SIL + j of row d is sink s's W2[d, j]. */
+    uint16_t *cat = (uint16_t *)malloc(S * D * SIL * 2);
+    if (!cat) return moe_fail(err, MOE_ERR_NOMEM, "cuda: out of memory laying out sink_w2");
+    for (size_t sk = 0; sk < S; sk++)
+        for (size_t d = 0; d < D; d++)
+            memcpy(cat + d * S * SIL + sk * SIL, sh->sink_w2 + (sk * D + d) * SIL, SIL * 2);
+    st = upload((void **)&s->sink_w2, cat, S * D * SIL * 2, "sink_w2", err);
+    free(cat);
+    return st;
+}
+
+moe_status cuda_create(const moe_shard *sh, const moe_options *opt, void **out, moe_error *err) {
+    *out = NULL;
+    if (!device_is_sm90(opt->device))
+        return moe_fail(err, MOE_ERR_UNAVAILABLE,
+                        "cuda: device %d is missing or not compute capability 9.0 (sm_90a build)",
+                        opt->device);
+    cuda_state *s = (cuda_state *)calloc(1, sizeof *s);
+    if (!s) return moe_fail(err, MOE_ERR_NOMEM, "cuda: out of memory for the state");
+    const moe_config *c = &sh->cfg;
+    s->shard = sh;
+    s->device = opt->device;
+    s->D = c->D, s->R = c->R, s->K = c->K, s->S = c->S, s->G = c->R + c->S;
+    s->IL = sh->I_local, s->SIL = sh->sink_I_local;
+    s->E = sh->n_local_experts, s->expert_first = sh->expert_first;
+    moe_status st = MOE_OK;
+#define CREATE_TRY(call)                                                                          \
+    do {                                                                                          \
+        cudaError_t create_e = (call);                                                            \
+        if (create_e != cudaSuccess) {                                                            \
+            st = moe_fail(err, MOE_ERR_DEVICE, "cuda: %s failed: %s", #call,                      \
+                          cudaGetErrorString(create_e));                                          \
+            goto fail;                                                                            \
+        }                                                                                         \
+    } while (0)
+    CREATE_TRY(cudaSetDevice(opt->device));
+    CREATE_TRY(cudaStreamCreateWithFlags(&s->routed, cudaStreamNonBlocking));
+    CREATE_TRY(cudaStreamCreateWithFlags(&s->sinks, cudaStreamNonBlocking));
+    CREATE_TRY(cudaEventCreateWithFlags(&s->x_ready, cudaEventDisableTiming));
+    CREATE_TRY(cudaEventCreateWithFlags(&s->route_ready, cudaEventDisableTiming));
+    CREATE_TRY(cudaEventCreateWithFlags(&s->sinks_done, cudaEventDisableTiming));
+    for (int i = 0; i < EV_COUNT; i++) CREATE_TRY(cudaEventCreate(&s->timing[i]));
+    CREATE_TRY(cudaMalloc(&s->lt_ws_routed, LT_WORKSPACE_BYTES));
+    CREATE_TRY(cudaMalloc(&s->lt_ws_sinks, LT_WORKSPACE_BYTES));
+    CREATE_TRY(cudaMalloc((void **)&s->counts, (size_t)(s->E > 0 ? s->E : 1) * sizeof(int32_t)));
+    CREATE_TRY(cudaMalloc((void **)&s->n_tiles, sizeof(int32_t)));
+#undef CREATE_TRY
+    {
+        cublasStatus_t ls = cublasLtCreate(&s->lt);
+        if (ls != CUBLAS_STATUS_SUCCESS) {
+            st = moe_fail(err, MOE_ERR_DEVICE, "cublasLt: cublasLtCreate failed: status %d", (int)ls);
+            goto fail;
+        }
+    }
+    st = upload_weights(s, sh, err);
+    if (st) goto fail;
+    *out = s;
+    return MOE_OK;
+fail:
+    cuda_destroy(s);
+    return st;
+}
+
+size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
+
+/* Carves the per-token buffers for T tokens out of one allocation. */
+moe_status ensure_workspace(cuda_state *s, int T, moe_error *err) {
+    if (T <= s->T_cap) return MOE_OK;
+    CUDA_TRY(cudaStreamSynchronize(s->routed));
+    CUDA_TRY(cudaStreamSynchronize(s->sinks));
+    free_workspace(s);
+    const size_t t = (size_t)T, D = (size_t)s->D, K = (size_t)s->K, S = (size_t)s->S;
+    const size_t sizes[] = {
+        t * D * 2,                                                  /* x */
+        t * (size_t)s->G * 4,                                       /* logits */
+        t * K * 4,                                                  /* ids */
+        t * (K + S) * 4,                                            /* weights */
+        t * 4,                                                      /* bad */
+        (size_t)s->E * t * 4,                                       /* perm */
+        (size_t)moe_cuda_tile_bound(T, s->K, s->E) * sizeof(moe_cuda_tile), /* tiles */
+        t * K * (size_t)s->IL * 2,                                  /* h */
+        t * K * D * 4,                                              /* y */
+        t * S * 2 * (size_t)s->SIL * 2,                             /* sink_gu */
+        t * S * (size_t)s->SIL * 2,                                 /* sink_h */
+        t * D * 4,                                                  /* sink_y */
+        t * D * 4,                                                  /* out */
+    };
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += align_up(sizes[i]);
+    cudaError_t e = cudaMalloc(&s->ws, total);
+    if (e != cudaSuccess)
+        return moe_fail(err, MOE_ERR_DEVICE, "cuda: cudaMalloc of the workspace for T = %d "
+                        "(%zu bytes) failed: %s", T, total, cudaGetErrorString(e));
+    char *p = (char *)s->ws;
+    void **slots[] = {(void **)&s->x,      (void **)&s->logits, (void **)&s->ids,
+                      (void **)&s->weights, (void **)&s->bad,   (void **)&s->perm,
+                      (void **)&s->tiles,  (void **)&s->h,      (void **)&s->y,
+                      (void **)&s->sink_gu, (void **)&s->sink_h, (void **)&s->sink_y,
+                      (void **)&s->out};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        *slots[i] = p;
+        p += align_up(sizes[i]);
+    }
+    s->T_cap = T;
+    return MOE_OK;
+}
+
+moe_status ensure_stage_buffer(cuda_state *s, size_t floats, moe_error *err) {
+    if (floats <= s->stage_cap) return MOE_OK;
+    CUDA_TRY(cudaStreamSynchronize(s->routed));
+    cudaFree(s->stage);
+    s->stage = NULL;
+    s->stage_cap = 0;
+    CUDA_TRY(cudaMalloc((void **)&s->stage, floats * sizeof(float)));
+    s->stage_cap = floats;
+    return MOE_OK;
+}
+
+/* Records timing event i on stream when timing. */
+moe_status mark(cuda_state *s, bool timed, int i, cudaStream_t stream, moe_error *err) {
+    if (timed) CUDA_TRY(cudaEventRecord(s->timing[i], stream));
+    return MOE_OK;
+}
+
+#define TRY(expr)                                                                                 \
+    do {                                                                                          \
+        moe_status try_st = (expr);                                                               \
+        if (try_st) return try_st;                                                                \
+    } while (0)
+
+/* The sink chain on the sinks stream. */
+moe_status run_sinks(cuda_state *s, int T, bool timed, moe_error *err) {
+    const int S = s->S, SIL = s->SIL, D = s->D;
+    cudaStream_t st = s->sinks;
+    CUDA_TRY(cudaStreamWaitEvent(st, s->x_ready, 0));
+    TRY(mark(s, timed, EV_SINK_START, st, err));
+    if (S == 0 || SIL == 0) {
+        CUDA_TRY(cudaMemsetAsync(s->sink_y, 0, (size_t)T * D * sizeof(float), st));
+        TRY(mark(s, timed, EV_SINK_GEMM1, st, err));
+        CUDA_TRY(cudaStreamWaitEvent(st, s->route_ready, 0));
+        TRY(mark(s, timed, EV_SINK_SWIGLU, st, err));
+        TRY(mark(s, timed, EV_SINK_GEMM2, st, err));
+        CUDA_TRY(cudaEventRecord(s->sinks_done, st));
+        return MOE_OK;
+    }
+    TRY(moe_cuda_lt_plan_for(s->lt, &s->sink1_plan, S * 2 * SIL, D, T, CUDA_R_16BF,
+                             LT_WORKSPACE_BYTES, err));
+    TRY(moe_cuda_lt_run(s->lt, &s->sink1_plan, s->sink_w13, s->x, s->sink_gu, s->lt_ws_sinks,
+                        LT_WORKSPACE_BYTES, st, err));
+    TRY(mark(s, timed, EV_SINK_GEMM1, st, err));
+    CUDA_TRY(cudaStreamWaitEvent(st, s->route_ready, 0)); /* the gammas */
+    TRY(moe_cuda_sink_swiglu(st, T, s->K, S, SIL, s->sink_gu, s->weights, s->sink_h, err));
+    TRY(mark(s, timed, EV_SINK_SWIGLU, st, err));
+    TRY(moe_cuda_lt_plan_for(s->lt, &s->sink2_plan, D, S * SIL, T, CUDA_R_32F,
+                             LT_WORKSPACE_BYTES, err));
+    TRY(moe_cuda_lt_run(s->lt, &s->sink2_plan, s->sink_w2, s->sink_h, s->sink_y, s->lt_ws_sinks,
+                        LT_WORKSPACE_BYTES, st, err));
+    TRY(mark(s, timed, EV_SINK_GEMM2, st, err));
+    CUDA_TRY(cudaEventRecord(s->sinks_done, st));
+    return MOE_OK;
+}
+
+moe_status copy_stages(cuda_state *s, int T, moe_stages *stg, moe_error *err) {
+    const size_t t = (size_t)T, D = (size_t)s->D, K = (size_t)s->K, S = (size_t)s->S;
+    const size_t IL = (size_t)s->IL, SIL = (size_t)s->SIL;
+    cudaStream_t st = s->routed;
+    const struct {
+        bool wanted;
+        unsigned bit;
+    } bits[] = {{stg->logits != NULL, MOE_STAGE_LOGITS},
+                {stg->topk_ids && stg->topk_weights, MOE_STAGE_TOPK},
+                {stg->routed_h != NULL, MOE_STAGE_ROUTED_H}, {stg->routed_y != NULL, MOE_STAGE_ROUTED_Y},
+                {stg->sink_h != NULL, MOE_STAGE_SINK_H},     {stg->sink_y != NULL, MOE_STAGE_SINK_Y}};
+    stg->filled = 0;
+    for (size_t i = 0; i < sizeof bits / sizeof bits[0]; i++)
+        if (bits[i].wanted) stg->filled |= bits[i].bit;
+    if (T == 0) return MOE_OK;
+    if (stg->logits)
+        CUDA_TRY(cudaMemcpyAsync(stg->logits, s->logits, t * s->G * 4, cudaMemcpyDeviceToHost, st));
+    if (stg->topk_ids)
+        CUDA_TRY(cudaMemcpyAsync(stg->topk_ids, s->ids, t * K * 4, cudaMemcpyDeviceToHost, st));
+    if (stg->topk_weights)
+        CUDA_TRY(cudaMemcpyAsync(stg->topk_weights, s->weights, t * (K + S) * 4,
+                                 cudaMemcpyDeviceToHost, st));
+    struct {
+        float *dst;
+        int rows, cols, slots_K;
+        const uint16_t *src16;
+        const float *src32;
+    } conv[] = {
+        {stg->routed_h, (int)(t * K), (int)IL, s->K, s->h, NULL},
+        {stg->routed_y, (int)(t * K), (int)D, s->K, NULL, s->y},
+        {stg->sink_h, T, (int)(S * SIL), 0, s->sink_h, NULL},
+        {stg->sink_y, T, (int)D, 0, NULL, s->sink_y},
+    };
+    for (size_t i = 0; i < sizeof conv / sizeof conv[0]; i++) {
+        if (!conv[i].dst) continue;
+        const size_t n = (size_t)conv[i].rows * conv[i].cols;
+        if (n == 0) continue;
+        TRY(ensure_stage_buffer(s, n, err));
+        TRY(moe_cuda_stage_rows(st, conv[i].rows, conv[i].cols, conv[i].slots_K, s->E,
+                                s->expert_first, s->ids, s->bad, conv[i].src16, conv[i].src32,
+                                s->stage, err));
+        CUDA_TRY(cudaMemcpyAsync(conv[i].dst, s->stage, n * 4, cudaMemcpyDeviceToHost, st));
+    }
+    return MOE_OK;
+}
+
+moe_status forward_impl(cuda_state *s, int T, const uint16_t *x, float *out, moe_stages *stg,
+                        moe_cuda_stage_times *times, moe_error *err) {
+    const bool timed = times != NULL;
+    if (T == 0) {
+        if (stg) TRY(copy_stages(s, 0, stg, err));
+        return MOE_OK;
+    }
+    CUDA_TRY(cudaSetDevice(s->device));
+    TRY(ensure_workspace(s, T, err));
+    const int D = s->D, K = s->K, S = s->S;
+    cudaStream_t st = s->routed;
+
+    TRY(mark(s, timed, EV_BEGIN, st, err));
+    CUDA_TRY(cudaMemcpyAsync(s->x, x, (size_t)T * D * 2, cudaMemcpyHostToDevice, st));
+    CUDA_TRY(cudaEventRecord(s->x_ready, st));
+    TRY(mark(s, timed, EV_UPLOAD, st, err));
+
+    TRY(moe_cuda_lt_plan_for(s->lt, &s->gate_plan, s->G, D, T, CUDA_R_32F, LT_WORKSPACE_BYTES, err));
+    TRY(moe_cuda_lt_run(s->lt, &s->gate_plan, s->gate_w, s->x, s->logits, s->lt_ws_routed,
+                        LT_WORKSPACE_BYTES, st, err));
+    TRY(mark(s, timed, EV_GATE, st, err));
+    TRY(moe_cuda_route(st, T, D, s->R, K, S, s->shard->cfg.route_scale, s->shard->global_scale,
+                       s->x, s->logits, s->gate_bias, s->ids, s->weights, s->bad, err));
+    CUDA_TRY(cudaEventRecord(s->route_ready, st));
+    TRY(mark(s, timed, EV_ROUTE, st, err));
+
+    TRY(run_sinks(s, T, timed, err));
+
+    TRY(moe_cuda_group(st, T, K, s->E, s->expert_first, s->ids, s->bad, s->counts, s->perm,
+                       s->tiles, s->n_tiles, err));
+    TRY(mark(s, timed, EV_GROUP, st, err));
+    TRY(moe_cuda_expert_gemm1(st, &s->experts, T, K, s->x, s->counts, s->perm, s->tiles,
+                              s->n_tiles, s->h, err));
+    TRY(mark(s, timed, EV_GEMM1, st, err));
+    TRY(moe_cuda_expert_gemm2(st, &s->experts, T, K, s->h, s->counts, s->perm, s->tiles,
+                              s->n_tiles, s->y, err));
+    TRY(mark(s, timed, EV_GEMM2, st, err));
+
+    CUDA_TRY(cudaStreamWaitEvent(st, s->sinks_done, 0));
+    TRY(moe_cuda_combine(st, T, D, K, S, s->E, s->expert_first, s->ids, s->weights, s->bad, s->y,
+                         S > 0 && s->SIL > 0 ? s->sink_y : NULL, s->out, err));
+    TRY(mark(s, timed, EV_COMBINE, st, err));
+
+    if (stg) TRY(copy_stages(s, T, stg, err));
+    CUDA_TRY(cudaMemcpyAsync(out, s->out, (size_t)T * D * 4, cudaMemcpyDeviceToHost, st));
+    TRY(mark(s, timed, EV_DOWNLOAD, st, err));
+    CUDA_TRY(cudaStreamSynchronize(st));
+
+    if (timed) {
+        const struct {
+            float *field;
+            int from, to;
+        } spans[] = {
+            {&times->upload, EV_BEGIN, EV_UPLOAD},       {&times->gate, EV_UPLOAD, EV_GATE},
+            {&times->route, EV_GATE, EV_ROUTE},          {&times->group, EV_ROUTE, EV_GROUP},
+            {&times->gemm1, EV_GROUP, EV_GEMM1},         {&times->gemm2, EV_GEMM1, EV_GEMM2},
+            {&times->combine, EV_GEMM2, EV_COMBINE},     {&times->download, EV_COMBINE, EV_DOWNLOAD},
+            {&times->sink_gemm1, EV_SINK_START, EV_SINK_GEMM1},
+            {&times->sink_swiglu, EV_SINK_GEMM1, EV_SINK_SWIGLU},
+            {&times->sink_gemm2, EV_SINK_SWIGLU, EV_SINK_GEMM2},
+            {&times->device, EV_UPLOAD, EV_COMBINE},
+        };
+        for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++)
+            CUDA_TRY(cudaEventElapsedTime(spans[i].field, s->timing[spans[i].from],
+                                          s->timing[spans[i].to]));
+    }
+    return MOE_OK;
+}
+
+moe_status cuda_forward(void *p, int T, const uint16_t *x, float *out, moe_stages *stg,
+                        moe_error *err) {
+    return forward_impl((cuda_state *)p, T, x, out, stg, NULL, err);
+}
+
+moe_status cuda_route(void *p, int T, const float *logits, int32_t *ids, float *weights,
+                      moe_error *err) {
+    cuda_state *s = (cuda_state *)p;
+    if (T == 0) return MOE_OK;
+    CUDA_TRY(cudaSetDevice(s->device));
+    TRY(ensure_workspace(s, T, err));
+    const size_t t = (size_t)T;
+    cudaStream_t st = s->routed;
+    CUDA_TRY(cudaMemcpyAsync(s->logits, logits, t * s->G * 4, cudaMemcpyHostToDevice, st));
+    TRY(moe_cuda_route(st, T, s->D, s->R, s->K, s->S, s->shard->cfg.route_scale,
+                       s->shard->global_scale, NULL, s->logits, s->gate_bias, s->ids, s->weights,
+                       NULL, err));
+    CUDA_TRY(cudaMemcpyAsync(ids, s->ids, t * s->K * 4, cudaMemcpyDeviceToHost, st));
+    CUDA_TRY(cudaMemcpyAsync(weights, s->weights, t * (s->K + s->S) * 4, cudaMemcpyDeviceToHost, st));
+    CUDA_TRY(cudaStreamSynchronize(st));
+    return MOE_OK;
+}
+
+} // namespace
+
+extern "C" moe_status moe_cuda_forward_timed(void *state, int T, const uint16_t *x, float *out,
+                                             moe_cuda_stage_times *times, moe_error *err) {
+    if (!state || !times) return moe_fail(err, MOE_ERR_ARG, "cuda timing: NULL state or times");
+    memset(times, 0, sizeof *times);
+    return forward_impl((cuda_state *)state, T, x, out, NULL, T > 0 ? times : NULL, err);
+}
+
+extern "C" moe_status moe_cuda_flush_l2(void *state, moe_error *err) {
+    cuda_state *s = (cuda_state *)state;
+    if (!s) return moe_fail(err, MOE_ERR_ARG, "cuda flush: NULL state");
+    CUDA_TRY(cudaSetDevice(s->device));
+    if (!s->flush) CUDA_TRY(cudaMalloc(&s->flush, L2_FLUSH_BYTES));
+    static int flush_round = 0;
+    CUDA_TRY(cudaMemsetAsync(s->flush, ++flush_round & 0xFF, L2_FLUSH_BYTES, s->routed));
+    CUDA_TRY(cudaStreamSynchronize(s->routed));
+    return MOE_OK;
+}
+
+extern "C" const moe_backend moe_backend_cuda = {
+    "cuda",
+    "CUDA path (serving contract): cuBLASLt gate and sinks, grouped MXFP4/bf16 expert GEMMs",
+    cuda_available,
+    cuda_supports,
+    cuda_create,
+    cuda_forward,
+    cuda_route,
+    cuda_destroy,
+};

@@ -1,0 +1,121 @@
+/*
+ * cuda_elementwise.cu: the small kernels between and after the GEMMs.
+ *
+ * Rules:
+ *   - sink SwiGLU (SPEC §1 step 5, §2): g and u arrive as bf16 from the sink GEMM1; h =
+ *     silu(g) * u * gamma_s in double (as the reference computes it), rounded once, through
+ *     fp32, to bf16;
+ *   - combine (SPEC §1 step 6, §2): per output element, in fp32 and in a fixed order, the
+ *     routed slots k = 0..K-1 whose expert is local (w_k * y_k, fused multiply-add), then the
+ *     sink sum; one rounding to bf16. No atomics: the result is bitwise reproducible;
+ *   - a token whose input row holds NaN/inf (bad) gets an output row of NaN;
+ *   - stage rows follow moe_stages: routed rows of bad tokens or non-local slots hold 0, sink
+ *     rows of bad tokens hold NaN.
+ */
+#include "cuda_internal.h"
+
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+
+#define ELEMENTWISE_THREADS 256
+
+namespace {
+
+__device__ uint16_t bf16_bits(float v) {
+    __nv_bfloat16 b = __float2bfloat16_rn(v);
+    return *reinterpret_cast<uint16_t *>(&b);
+}
+
+__device__ float bf16_value(uint16_t bits) { return __uint_as_float((uint32_t)bits << 16); }
+
+/* gu [T, S*2*SIL], weights [T, K+S], h [T, S*SIL]; grid (T, S). */
+__global__ void sink_swiglu_kernel(int K, int S, int SIL, const uint16_t *gu,
+                                   const float *weights, uint16_t *h) {
+    const int t = blockIdx.x, s = blockIdx.y;
+    const double gamma = (double)weights[(size_t)t * (K + S) + K + s];
+    const uint16_t *gu_row = gu + ((size_t)t * S + s) * 2 * SIL;
+    uint16_t *h_row = h + ((size_t)t * S + s) * SIL;
+    for (int j = threadIdx.x; j < SIL; j += blockDim.x) {
+        const double g = (double)bf16_value(gu_row[2 * j]);
+        const double u = (double)bf16_value(gu_row[2 * j + 1]);
+        h_row[j] = bf16_bits((float)(g / (1.0 + exp(-g)) * u * gamma));
+    }
+}
+
+/* ids [T, K], weights [T, K+S], bad [T], y [T*K, D], sink_y [T, D] or NULL, out [T, D]. */
+__global__ void combine_kernel(int D, int K, int S, int E, int expert_first, const int32_t *ids,
+                               const float *weights, const int32_t *bad, const float *y,
+                               const float *sink_y, float *out) {
+    const int t = blockIdx.x;
+    const int d = blockIdx.y * blockDim.x + threadIdx.x;
+    if (d >= D) return;
+    float *o = out + (size_t)t * D + d;
+    if (bad[t]) {
+        *o = NAN;
+        return;
+    }
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++) {
+        const int el = ids[(size_t)t * K + k] - expert_first;
+        if (el < 0 || el >= E) continue; /* another rank's expert */
+        acc = fmaf(weights[(size_t)t * (K + S) + k], y[((size_t)t * K + k) * D + d], acc);
+    }
+    if (sink_y) acc += sink_y[(size_t)t * D + d];
+    *o = __bfloat162float(__float2bfloat16_rn(acc));
+}
+
+/* See moe_cuda_stage_rows. grid (rows, ceil(cols / threads)). */
+__global__ void stage_rows_kernel(int cols, int slots_K, int E, int expert_first,
+                                  const int32_t *ids, const int32_t *bad, const uint16_t *src16,
+                                  const float *src32, float *dst) {
+    const int r = blockIdx.x;
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    const size_t i = (size_t)r * cols + c;
+    float v;
+    if (slots_K > 0) {
+        const int el = ids[r] - expert_first;
+        const bool live = !bad[r / slots_K] && el >= 0 && el < E;
+        v = live ? (src16 ? bf16_value(src16[i]) : src32[i]) : 0.0f;
+    } else {
+        v = bad[r] ? NAN : (src16 ? bf16_value(src16[i]) : src32[i]);
+    }
+    dst[i] = v;
+}
+
+unsigned blocks_for(int n) { return (unsigned)((n + ELEMENTWISE_THREADS - 1) / ELEMENTWISE_THREADS); }
+
+} // namespace
+
+moe_status moe_cuda_sink_swiglu(cudaStream_t stream, int T, int K, int S, int SIL,
+                                const uint16_t *gu, const float *weights, uint16_t *h,
+                                moe_error *err) {
+    if (T == 0 || S == 0 || SIL == 0) return MOE_OK;
+    sink_swiglu_kernel<<<dim3((unsigned)T, (unsigned)S), ELEMENTWISE_THREADS, 0, stream>>>(
+        K, S, SIL, gu, weights, h);
+    LAUNCH_CHECK("sink_swiglu_kernel");
+    return MOE_OK;
+}
+
+moe_status moe_cuda_combine(cudaStream_t stream, int T, int D, int K, int S, int E,
+                            int expert_first, const int32_t *ids, const float *weights,
+                            const int32_t *bad, const float *y, const float *sink_y, float *out,
+                            moe_error *err) {
+    if (T == 0) return MOE_OK;
+    combine_kernel<<<dim3((unsigned)T, blocks_for(D)), ELEMENTWISE_THREADS, 0, stream>>>(
+        D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out);
+    LAUNCH_CHECK("combine_kernel");
+    return MOE_OK;
+}
+
+moe_status moe_cuda_stage_rows(cudaStream_t stream, int rows, int cols, int slots_K, int E,
+                               int expert_first, const int32_t *ids, const int32_t *bad,
+                               const uint16_t *src16, const float *src32, float *dst,
+                               moe_error *err) {
+    if (rows == 0 || cols == 0) return MOE_OK;
+    stage_rows_kernel<<<dim3((unsigned)rows, blocks_for(cols)), ELEMENTWISE_THREADS, 0, stream>>>(
+        cols, slots_K, E, expert_first, ids, bad, src16, src32, dst);
+    LAUNCH_CHECK("stage_rows_kernel");
+    return MOE_OK;
+}

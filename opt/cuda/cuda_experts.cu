@@ -1,0 +1,270 @@
+/*
+ * cuda_experts.cu: the routed experts as two grouped GEMMs on tensor cores (SPEC §1 step 4,
+ * serving contract §2).
+ *
+ * Rules:
+ *   - a block computes one tile of MOE_CUDA_TILE_M grouped assignment rows by EXPERT_BN
+ *     output columns of one local expert, taken from the device tile table (no host round
+ *     trip); blocks past the table's length return at once;
+ *   - weights are read as stored: MXFP4 codes and E8M0 scales are decoded in shared memory to
+ *     bf16, which is exact (an E2M1 value times a power of two has at most two significant
+ *     bits); bf16 weights are copied as they are;
+ *   - products on tensor cores (wmma bf16 x bf16, fp32 accumulate), one fixed k order per
+ *     output, so results do not depend on the launch or on other tokens;
+ *   - GEMM1 (x [T, D] rows gathered by token) produces the interleaved g/u columns of w13;
+ *     its epilogue rounds g and u to bf16, computes silu(g) * u from them in double (as the
+ *     reference does) and rounds h once, through fp32, to bf16;
+ *   - GEMM2 (h rows of the group) writes y = W2 h in fp32 to the assignment's row.
+ */
+#include "cuda_internal.h"
+
+#include <cuda_bf16.h>
+#include <mma.h>
+#include <stdint.h>
+
+#define EXPERT_THREADS 128
+#define EXPERT_BM MOE_CUDA_TILE_M
+#define EXPERT_BN 64
+#define EXPERT_BK 128
+#define EXPERT_PAD 8 /* bf16 elements of padding per shared row, against bank conflicts */
+
+namespace {
+
+using namespace nvcuda;
+
+struct gemm_args {
+    const uint16_t *a_src;    /* stage 1: x [T, D]; stage 2: h [T*K, IL] */
+    int a_row_div;            /* a source row = assignment / a_row_div (K for x, 1 for h) */
+    const uint8_t *w_mx;      /* [E, N, Kdim/2] */
+    const uint8_t *w_scale;   /* [E, N, Kdim/32] */
+    const uint16_t *w_bf16;   /* [E, N, Kdim] */
+    int N, Kdim, T;
+    const int32_t *counts;    /* [E] */
+    const int32_t *perm;      /* [E, T] */
+    const moe_cuda_tile *tiles;
+    const int32_t *n_tiles;
+    uint16_t *h_out;          /* stage 1: [T*K, N/2] */
+    float *y_out;             /* stage 2: [T*K, N] */
+};
+
+struct tile_regs {
+    uint4 a[4];
+    uint4 b[8]; /* MXFP4 uses b[0..1] (codes) and scale */
+    uint32_t scale[2];
+};
+
+__device__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+__device__ uint16_t bf16_bits(float v) {
+    __nv_bfloat16 b = __float2bfloat16_rn(v);
+    return *reinterpret_cast<uint16_t *>(&b);
+}
+
+/* 8 bf16 of a row from column c on, zero past Kdim; vector load when aligned. */
+__device__ uint4 load8(const uint16_t *row, int c, int Kdim, bool vec) {
+    if (vec && c + 8 <= Kdim) return *reinterpret_cast<const uint4 *>(row + c);
+    uint16_t v[8];
+    for (int i = 0; i < 8; i++) v[i] = c + i < Kdim ? row[c + i] : (uint16_t)0;
+    uint4 r;
+    r.x = v[0] | ((uint32_t)v[1] << 16);
+    r.y = v[2] | ((uint32_t)v[3] << 16);
+    r.z = v[4] | ((uint32_t)v[5] << 16);
+    r.w = v[6] | ((uint32_t)v[7] << 16);
+    return r;
+}
+
+__device__ float e8m0(uint32_t b) {
+    return __uint_as_float(b == 0 ? 0x00400000u : b << 23); /* 2^-127 is an fp32 subnormal */
+}
+
+template <bool MX>
+__device__ void load_tile(const gemm_args &p, int expert, int n0, int k0, const int *row_src,
+                          tile_regs &r) {
+    const bool vec = p.Kdim % 8 == 0;
+    for (int i = 0; i < 4; i++) {
+        const int idx = (int)threadIdx.x + i * EXPERT_THREADS;
+        const int row = idx / 16, c = k0 + (idx % 16) * 8;
+        const int a = row_src[row];
+        r.a[i] = make_uint4(0, 0, 0, 0);
+        if (a >= 0 && c < p.Kdim)
+            r.a[i] = load8(p.a_src + (size_t)(a / p.a_row_div) * p.Kdim, c, p.Kdim, vec);
+    }
+    if (MX) {
+        const size_t row_bytes = (size_t)p.Kdim / 2, row_scales = (size_t)p.Kdim / 32;
+        for (int i = 0; i < 2; i++) {
+            const int idx = (int)threadIdx.x + i * EXPERT_THREADS;
+            const int row = idx / 4, q = idx % 4, n = n0 + row, c = k0 + q * 32;
+            r.b[i] = make_uint4(0, 0, 0, 0);
+            r.scale[i] = 127;
+            if (n < p.N && c < p.Kdim) {
+                const size_t w_row = (size_t)expert * p.N + n;
+                r.b[i] = *reinterpret_cast<const uint4 *>(p.w_mx + w_row * row_bytes + c / 2);
+                r.scale[i] = p.w_scale[w_row * row_scales + c / 32];
+            }
+        }
+    } else {
+        for (int i = 0; i < 8; i++) {
+            const int idx = (int)threadIdx.x + i * EXPERT_THREADS;
+            const int row = idx / 16, c = k0 + (idx % 16) * 8, n = n0 + row;
+            r.b[i] = make_uint4(0, 0, 0, 0);
+            if (n < p.N && c < p.Kdim)
+                r.b[i] = load8(p.w_bf16 + ((size_t)expert * p.N + n) * p.Kdim, c, p.Kdim, vec);
+        }
+    }
+}
+
+/* 16 bytes of E2M1 codes (32 elements) times one scale -> 32 bf16 as 16 packed words. */
+__device__ void decode32(uint4 codes, uint32_t scale_byte, const float *lut, uint32_t *out) {
+    const float s = e8m0(scale_byte);
+    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+    for (int w = 0; w < 4; w++)
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            const uint32_t byte = (words[w] >> (8 * b)) & 0xFFu;
+            const uint32_t lo = __float_as_uint(lut[byte & 15u] * s) >> 16; /* exact: truncation */
+            const uint32_t hi = __float_as_uint(lut[byte >> 4] * s) >> 16;
+            out[w * 4 + b] = lo | (hi << 16);
+        }
+}
+
+template <bool MX>
+__device__ void store_tile(const tile_regs &r, const float *lut,
+                           uint16_t (*As)[EXPERT_BK + EXPERT_PAD],
+                           uint16_t (*Bs)[EXPERT_BK + EXPERT_PAD]) {
+    for (int i = 0; i < 4; i++) {
+        const int idx = (int)threadIdx.x + i * EXPERT_THREADS;
+        *reinterpret_cast<uint4 *>(&As[idx / 16][(idx % 16) * 8]) = r.a[i];
+    }
+    if (MX) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int idx = (int)threadIdx.x + i * EXPERT_THREADS;
+            uint32_t words[16];
+            decode32(r.b[i], r.scale[i], lut, words);
+            uint4 *dst = reinterpret_cast<uint4 *>(&Bs[idx / 4][(idx % 4) * 32]);
+#pragma unroll
+            for (int v = 0; v < 4; v++)
+                dst[v] = make_uint4(words[4 * v], words[4 * v + 1], words[4 * v + 2], words[4 * v + 3]);
+        }
+    } else {
+        for (int i = 0; i < 8; i++) {
+            const int idx = (int)threadIdx.x + i * EXPERT_THREADS;
+            *reinterpret_cast<uint4 *>(&Bs[idx / 16][(idx % 16) * 8]) = r.b[i];
+        }
+    }
+}
+
+template <bool MX, int STAGE>
+__global__ void __launch_bounds__(EXPERT_THREADS) expert_gemm_kernel(gemm_args p) {
+    __shared__ __align__(128) uint16_t As[EXPERT_BM][EXPERT_BK + EXPERT_PAD];
+    __shared__ __align__(128) uint16_t Bs[EXPERT_BN][EXPERT_BK + EXPERT_PAD];
+    __shared__ __align__(128) float Cs[EXPERT_BM][EXPERT_BN + 4];
+    __shared__ int row_src[EXPERT_BM];
+    __shared__ float lut[16];
+
+    if ((int)blockIdx.x >= *p.n_tiles) return;
+    const moe_cuda_tile tile = p.tiles[blockIdx.x];
+    const int n0 = (int)blockIdx.y * EXPERT_BN;
+    const int rows = min(EXPERT_BM, p.counts[tile.expert] - tile.row0);
+    if (threadIdx.x < EXPERT_BM)
+        row_src[threadIdx.x] = (int)threadIdx.x < rows
+                                   ? p.perm[(size_t)tile.expert * p.T + tile.row0 + threadIdx.x]
+                                   : -1;
+    if (threadIdx.x < 16) {
+        const float magnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+        lut[threadIdx.x] = (threadIdx.x & 8u) ? -magnitude[threadIdx.x & 7u] : magnitude[threadIdx.x & 7u];
+    }
+    __syncthreads();
+
+    const int warp = (int)threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2];
+    wmma::fill_fragment(acc[0], 0.0f);
+    wmma::fill_fragment(acc[1], 0.0f);
+
+    tile_regs regs;
+    load_tile<MX>(p, tile.expert, n0, 0, row_src, regs);
+    for (int k0 = 0; k0 < p.Kdim; k0 += EXPERT_BK) {
+        store_tile<MX>(regs, lut, As, Bs);
+        __syncthreads();
+        if (k0 + EXPERT_BK < p.Kdim) /* the next tile's loads fly while this one multiplies */
+            load_tile<MX>(p, tile.expert, n0, k0 + EXPERT_BK, row_src, regs);
+#pragma unroll
+        for (int ks = 0; ks < EXPERT_BK; ks += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+            wmma::load_matrix_sync(fa, reinterpret_cast<const __nv_bfloat16 *>(&As[wm * 16][ks]),
+                                   EXPERT_BK + EXPERT_PAD);
+#pragma unroll
+            for (int f = 0; f < 2; f++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+                wmma::load_matrix_sync(
+                    fb, reinterpret_cast<const __nv_bfloat16 *>(&Bs[wn * 32 + f * 16][ks]),
+                    EXPERT_BK + EXPERT_PAD);
+                wmma::mma_sync(acc[f], fa, fb, acc[f]);
+            }
+        }
+        __syncthreads();
+    }
+    for (int f = 0; f < 2; f++)
+        wmma::store_matrix_sync(&Cs[wm * 16][wn * 32 + f * 16], acc[f], EXPERT_BN + 4,
+                                wmma::mem_row_major);
+    __syncthreads();
+
+    if (STAGE == 1) { /* column 2j is g_j, 2j+1 is u_j: h_j = bf16(silu(bf16(g)) * bf16(u)) */
+        const int IL = p.N / 2;
+        for (int idx = (int)threadIdx.x; idx < EXPERT_BM * EXPERT_BN / 2; idx += EXPERT_THREADS) {
+            const int r = idx / (EXPERT_BN / 2), j = idx % (EXPERT_BN / 2);
+            const int a = row_src[r];
+            if (a < 0 || n0 + 2 * j >= p.N) continue;
+            const double g = (double)round_bf16(Cs[r][2 * j]);
+            const double u = (double)round_bf16(Cs[r][2 * j + 1]);
+            const double h = g / (1.0 + exp(-g)) * u;
+            p.h_out[(size_t)a * IL + n0 / 2 + j] = bf16_bits((float)h);
+        }
+    } else {
+        for (int idx = (int)threadIdx.x; idx < EXPERT_BM * EXPERT_BN; idx += EXPERT_THREADS) {
+            const int r = idx / EXPERT_BN, c = idx % EXPERT_BN;
+            const int a = row_src[r];
+            if (a < 0 || n0 + c >= p.N) continue;
+            p.y_out[(size_t)a * p.N + n0 + c] = Cs[r][c];
+        }
+    }
+}
+
+template <int STAGE>
+moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
+                  const gemm_args &p, moe_error *err) {
+    if (T == 0 || ex->E == 0) return MOE_OK;
+    dim3 grid((unsigned)moe_cuda_tile_bound(T, K, ex->E), (unsigned)((p.N + EXPERT_BN - 1) / EXPERT_BN));
+    if (grid.y > 65535u)
+        return moe_fail(err, MOE_ERR_UNSUPPORTED, "cuda: expert GEMM%d output width %d too large",
+                        STAGE, p.N);
+    if (ex->mxfp4) {
+        expert_gemm_kernel<true, STAGE><<<grid, EXPERT_THREADS, 0, stream>>>(p);
+        LAUNCH_CHECK(STAGE == 1 ? "expert_gemm_kernel<mxfp4, gemm1>" : "expert_gemm_kernel<mxfp4, gemm2>");
+    } else {
+        expert_gemm_kernel<false, STAGE><<<grid, EXPERT_THREADS, 0, stream>>>(p);
+        LAUNCH_CHECK(STAGE == 1 ? "expert_gemm_kernel<bf16, gemm1>" : "expert_gemm_kernel<bf16, gemm2>");
+    }
+    return MOE_OK;
+}
+
+} // namespace
+
+moe_status moe_cuda_expert_gemm1(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
+                                 const uint16_t *x, const int32_t *counts, const int32_t *perm,
+                                 const moe_cuda_tile *tiles, const int32_t *n_tiles,
+                                 uint16_t *h, moe_error *err) {
+    gemm_args p = {x,      K,     ex->w13_mx, ex->w13_scale, ex->w13_bf16, 2 * ex->IL, ex->D, T,
+                   counts, perm,  tiles,      n_tiles,       h,            NULL};
+    return launch<1>(stream, ex, T, K, p, err);
+}
+
+moe_status moe_cuda_expert_gemm2(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
+                                 const uint16_t *h, const int32_t *counts, const int32_t *perm,
+                                 const moe_cuda_tile *tiles, const int32_t *n_tiles, float *y,
+                                 moe_error *err) {
+    gemm_args p = {h,      1,    ex->w2_mx, ex->w2_scale, ex->w2_bf16, ex->D, ex->IL, T,
+                   counts, perm, tiles,     n_tiles,      NULL,        y};
+    return launch<2>(stream, ex, T, K, p, err);
+}

@@ -1,0 +1,152 @@
+/*
+ * cuda_internal.h: what the CUDA path's files share (CUDA C++ only, never included from C).
+ *
+ * Rules:
+ *   - every CUDA / cuBLASLt call is checked; a failure becomes MOE_ERR_DEVICE with a message
+ *     naming the call (CUDA_TRY / LT_TRY / LAUNCH_CHECK);
+ *   - kernels take raw device pointers with their shapes written beside them in the SPEC's
+ *     letters; "a" is an assignment index t*K + k (token t, slot k);
+ *   - nothing here synchronises the host: launchers only enqueue work on the given stream.
+ */
+#ifndef INKLING_CUDA_INTERNAL_H
+#define INKLING_CUDA_INTERNAL_H
+
+#include "../../common/moe.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#define CUDA_TRY(call)                                                                            \
+    do {                                                                                          \
+        cudaError_t cuda_try_e = (call);                                                          \
+        if (cuda_try_e != cudaSuccess)                                                            \
+            return moe_fail(err, MOE_ERR_DEVICE, "cuda: %s failed: %s", #call,                    \
+                            cudaGetErrorString(cuda_try_e));                                      \
+    } while (0)
+
+#define LT_TRY(call)                                                                              \
+    do {                                                                                          \
+        cublasStatus_t lt_try_s = (call);                                                         \
+        if (lt_try_s != CUBLAS_STATUS_SUCCESS)                                                    \
+            return moe_fail(err, MOE_ERR_DEVICE, "cublasLt: %s failed: status %d", #call,         \
+                            (int)lt_try_s);                                                       \
+    } while (0)
+
+/* After a kernel launch: reports a launch failure naming the kernel. */
+#define LAUNCH_CHECK(kernel_name)                                                                 \
+    do {                                                                                          \
+        cudaError_t launch_e = cudaGetLastError();                                                \
+        if (launch_e != cudaSuccess)                                                              \
+            return moe_fail(err, MOE_ERR_DEVICE, "cuda: launch of %s failed: %s", kernel_name,    \
+                            cudaGetErrorString(launch_e));                                        \
+    } while (0)
+
+/* Rows of assignments per tile of the grouped expert GEMMs. */
+#define MOE_CUDA_TILE_M 32
+
+/* One tile of the grouped GEMMs: local expert and first row within that expert's group. */
+typedef struct {
+    int expert;
+    int row0;
+} moe_cuda_tile;
+
+/* Upper bound on the tiles that T*K assignments over E local experts can need. */
+static inline int moe_cuda_tile_bound(int T, int K, int E) {
+    long tk = (long)T * K;
+    long bound = tk / MOE_CUDA_TILE_M + (tk < E ? tk : E) + 1;
+    return (int)bound;
+}
+
+/* ---------------------------------------------------------------- routing (cuda_route.cu) */
+
+/* Selection and weights, one block per token, exactly as ref/ref_route.c computes them.
+ * logits [T, R+S] fp32 (rows of non-finite tokens are overwritten with NaN), bias [R] or NULL,
+ * x [T, D] bf16 or NULL (NULL: every row counts as finite, the `route` entry),
+ * ids [T, K], weights [T, K+S], bad [T] (1 for a token whose x row holds NaN/inf) or NULL. */
+moe_status moe_cuda_route(cudaStream_t stream, int T, int D, int R, int K, int S,
+                          float route_scale, float global_scale, const uint16_t *x,
+                          float *logits, const float *bias, int32_t *ids, float *weights,
+                          int32_t *bad, moe_error *err);
+
+/* ---------------------------------------------------------------- grouping (cuda_group.cu) */
+
+/* Assignments grouped by local expert, ordered by (token, slot) inside each group:
+ * ids [T, K], bad [T] -> counts [E], perm [E, T] (assignment indices), tiles [tile_bound],
+ * n_tiles [1]. Expert el holds global id expert_first + el. */
+moe_status moe_cuda_group(cudaStream_t stream, int T, int K, int E, int expert_first,
+                          const int32_t *ids, const int32_t *bad, int32_t *counts,
+                          int32_t *perm, moe_cuda_tile *tiles, int32_t *n_tiles,
+                          moe_error *err);
+
+/* ---------------------------------------------------------------- routed experts (cuda_experts.cu) */
+
+/* Routed expert weights as the device holds them (one of the two formats). */
+typedef struct {
+    const uint8_t *w13_mx;    /* [E, 2*IL, D/2] */
+    const uint8_t *w13_scale; /* [E, 2*IL, D/32] */
+    const uint8_t *w2_mx;     /* [E, D, IL/2] */
+    const uint8_t *w2_scale;  /* [E, D, IL/32] */
+    const uint16_t *w13_bf16; /* [E, 2*IL, D] */
+    const uint16_t *w2_bf16;  /* [E, D, IL] */
+    int E, D, IL;
+    bool mxfp4;
+} moe_cuda_experts;
+
+/* GEMM1 + SwiGLU: x [T, D] bf16 -> h [T*K, IL] bf16 for every grouped assignment. */
+moe_status moe_cuda_expert_gemm1(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
+                                 const uint16_t *x, const int32_t *counts, const int32_t *perm,
+                                 const moe_cuda_tile *tiles, const int32_t *n_tiles,
+                                 uint16_t *h, moe_error *err);
+
+/* GEMM2: h [T*K, IL] bf16 -> y [T*K, D] fp32 for every grouped assignment. */
+moe_status moe_cuda_expert_gemm2(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
+                                 const uint16_t *h, const int32_t *counts, const int32_t *perm,
+                                 const moe_cuda_tile *tiles, const int32_t *n_tiles, float *y,
+                                 moe_error *err);
+
+/* ---------------------------------------------------------------- elementwise (cuda_elementwise.cu) */
+
+/* Sink SwiGLU: gu [T, S*2*SIL] bf16 (interleaved g/u per sink), weights [T, K+S]
+ * -> h [T, S*SIL] bf16 = bf16(silu(g) * u * gamma_s). */
+moe_status moe_cuda_sink_swiglu(cudaStream_t stream, int T, int K, int S, int SIL,
+                                const uint16_t *gu, const float *weights, uint16_t *h,
+                                moe_error *err);
+
+/* out [T, D] = bf16(sum_k w_k * y[t*K+k] (local slots, k in order) + sink_y[t]);
+ * NaN rows for bad tokens. sink_y [T, D] or NULL (no sinks). */
+moe_status moe_cuda_combine(cudaStream_t stream, int T, int D, int K, int S, int E,
+                            int expert_first, const int32_t *ids, const float *weights,
+                            const int32_t *bad, const float *y, const float *sink_y, float *out,
+                            moe_error *err);
+
+/* Stage rows [rows, cols] -> dst fp32: src is bf16 (src16) or fp32 (src32). With slots_K > 0
+ * row r is assignment r (token r / slots_K): rows of bad tokens or non-local slots become 0.
+ * With slots_K == 0 row r is token r: rows of bad tokens become NaN. */
+moe_status moe_cuda_stage_rows(cudaStream_t stream, int rows, int cols, int slots_K, int E,
+                               int expert_first, const int32_t *ids, const int32_t *bad,
+                               const uint16_t *src16, const float *src32, float *dst,
+                               moe_error *err);
+
+/* ---------------------------------------------------------------- dense GEMMs (cuda_lt.cu) */
+
+/* C [T, N] (row-major, fp32 or bf16) = X [T, Kd] bf16 times W [N, Kd]^T bf16, fp32 accumulate,
+ * through cuBLASLt. A plan holds the descriptors and the algorithm for one T; it is rebuilt
+ * when T changes. */
+typedef struct {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t w, x, c;
+    cublasLtMatmulAlgo_t algo;
+    int T, N, Kd;
+    cudaDataType_t out_type;
+    bool ready;
+} moe_cuda_lt_plan;
+
+moe_status moe_cuda_lt_plan_for(cublasLtHandle_t lt, moe_cuda_lt_plan *plan, int N, int Kd, int T,
+                                cudaDataType_t out_type, size_t workspace_bytes, moe_error *err);
+/* w [N, Kd], x [T, Kd], c [T, N]. */
+moe_status moe_cuda_lt_run(cublasLtHandle_t lt, const moe_cuda_lt_plan *plan, const uint16_t *w,
+                           const uint16_t *x, void *c, void *workspace, size_t workspace_bytes,
+                           cudaStream_t stream, moe_error *err);
+void moe_cuda_lt_plan_free(moe_cuda_lt_plan *plan);
+
+#endif /* INKLING_CUDA_INTERNAL_H */

@@ -1,0 +1,45 @@
+/*
+ * cuda_profile.h: stage timing of the CUDA path, for the device check program (make cuda-check).
+ * Exists only in builds made with nvcc; the CUDA backend's state is the `void *` that
+ * moe_backend_cuda.create() returns.
+ *
+ * Rules: times are CUDA event intervals on the device, in milliseconds. The routed chain
+ * (gate .. combine) runs on one stream and the sink chain on a second stream at the same time,
+ * so stage times of one chain include whatever the other chain takes from the GPU meanwhile.
+ */
+#ifndef INKLING_CUDA_PROFILE_H
+#define INKLING_CUDA_PROFILE_H
+
+#include "../../common/moe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    float upload;      /* x host -> device */
+    float gate;        /* gate logits GEMM (cuBLASLt) */
+    float route;       /* selection and weights */
+    float group;       /* grouping by expert and tile table */
+    float gemm1;       /* routed GEMM1 + SwiGLU */
+    float gemm2;       /* routed GEMM2 */
+    float combine;     /* wait for the sinks, then weighted sum and rounding */
+    float download;    /* out device -> host */
+    float sink_gemm1;  /* sink GEMM1 (cuBLASLt), from the upload's end */
+    float sink_swiglu; /* waits for the routing, then the sink SwiGLU epilogue */
+    float sink_gemm2;  /* sink GEMM2 (cuBLASLt) */
+    float device;      /* upload's end to combine's end: the layer on the device */
+} moe_cuda_stage_times;
+
+/* One forward call like moe_backend_cuda.forward (no stages), timing each stage. */
+moe_status moe_cuda_forward_timed(void *state, int T, const uint16_t *x, float *out,
+                                  moe_cuda_stage_times *times, moe_error *err);
+
+/* Overwrites a scratch buffer larger than the L2 cache so the next call starts cold. */
+moe_status moe_cuda_flush_l2(void *state, moe_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* INKLING_CUDA_PROFILE_H */

@@ -1,0 +1,290 @@
+/*
+ * test_cuda.c: the CUDA path against the reference's serving mode.
+ *
+ * Rules:
+ *   - every test that needs a GPU calls skip() when moe_backend_cuda.available() says no
+ *     (CI has nvcc but no GPU; the sanitizer build has no CUDA at all);
+ *   - outputs and stages are judged by the harness's contract envelope (harness/compare.h,
+ *     derivation in docs/tolerances.md): accumulation order only, ids exact except judged
+ *     near-ties;
+ *   - random configurations cover MXFP4 and bf16 experts (bf16 with D, I not multiples of 8),
+ *     S = 0..3, K up to R, TP and EP splits with expert padding, pad_inter_to, T = 0, 1, 33 and
+ *     rows holding NaN or inf;
+ *   - expected values of the routing entry come from the reference selector on the same
+ *     logits, including planted exact ties.
+ */
+#include "test_support.h"
+
+#include "../common/layer_data.h"
+#include "../common/moe.h"
+#include "../common/numeric.h"
+#include "../harness/compare.h"
+#include "../ref/ref.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static void skip_without_gpu(void) {
+    char why[256] = "";
+    if (!moe_backend_cuda.available(why, sizeof why)) {
+        print_message("cuda unavailable: %s\n", why);
+        skip();
+    }
+}
+
+static moe_options serving(void) {
+    moe_options o = moe_options_default();
+    o.precision = MOE_PRECISION_SERVING;
+    return o;
+}
+
+/* A split kind and width that the configuration allows, drawn at random. */
+static void draw_split(const moe_config *c, moe_rng *rng, moe_split_kind *kind, int *n, int *pad) {
+    bool mx = c->routed_format == MOE_ROUTED_MXFP4;
+    *kind = MOE_SPLIT_NONE, *n = 1;
+    *pad = moe_rng_int(rng, 0, 2) == 0 ? 64 : 0;
+    int choice = moe_rng_int(rng, 0, 2);
+    for (int tries = 0; choice != 0 && tries < 8; tries++) {
+        int cand = moe_rng_int(rng, 2, 5);
+        bool sinks_ok = c->S == 0 || c->I % cand == 0;
+        if (choice == 1 && c->I % cand == 0 && (!mx || (c->I / cand) % 32 == 0)) {
+            *kind = MOE_SPLIT_TP, *n = cand;
+            return;
+        }
+        if (choice == 2 && sinks_ok) {
+            *kind = MOE_SPLIT_EP, *n = cand;
+            return;
+        }
+    }
+}
+
+static moe_config draw_config(moe_rng *rng) {
+    static const int mx_D[] = {32, 64, 128}, mx_I[] = {32, 64, 96};
+    static const int bf_D[] = {24, 40, 64, 72}, bf_I[] = {16, 24, 48};
+    moe_config c;
+    memset(&c, 0, sizeof c);
+    bool mx = moe_rng_int(rng, 0, 2) != 0;
+    c.routed_format = mx ? MOE_ROUTED_MXFP4 : MOE_ROUTED_BF16;
+    c.D = mx ? mx_D[moe_rng_int(rng, 0, 2)] : bf_D[moe_rng_int(rng, 0, 3)];
+    c.I = mx ? mx_I[moe_rng_int(rng, 0, 2)] : bf_I[moe_rng_int(rng, 0, 2)];
+    c.R = moe_rng_int(rng, 1, 24);
+    c.K = moe_rng_int(rng, 0, 3) == 0 ? c.R : moe_rng_int(rng, 1, c.R < 6 ? c.R : 6);
+    c.S = moe_rng_int(rng, 0, 3);
+    c.route_scale = 8.0f;
+    c.has_gate_bias = moe_rng_int(rng, 0, 3) != 0;
+    c.has_global_scale = moe_rng_int(rng, 0, 1) != 0;
+    return c;
+}
+
+/* Plants NaN in row 5 and +inf in row 20 of x [T, D] when T is large enough. */
+static void plant_nonfinite(int T, int D, uint16_t *x) {
+    if (T > 5) x[(size_t)5 * D + D / 2] = 0x7FC0u;
+    if (T > 20) x[(size_t)20 * D] = 0x7F80u;
+}
+
+static void check_case(const moe_config *c, uint64_t seed, int T, moe_split_kind kind, int n,
+                       int pad, bool nonfinite) {
+    moe_layer_data ld;
+    moe_error err;
+    moe_error_clear(&err);
+    assert_int_equal(moe_layer_data_random(c, seed, &ld, &err), MOE_OK);
+    uint16_t *x = malloc(((size_t)T * c->D + 1) * sizeof *x);
+    assert_non_null(x);
+    moe_random_input(T, c->D, seed + 1, x);
+    if (nonfinite) plant_nonfinite(T, c->D, x);
+    moe_cmp_case cc = {c, &ld.w, T, x};
+    moe_options opt = serving();
+    moe_cmp_report rep;
+    moe_status st = moe_check_against_ref(&moe_backend_cuda, &opt, &cc, kind, n, pad, &rep, &err);
+    if (st) fail_msg("seed %llu: check failed to run: %s", (unsigned long long)seed, err.msg);
+    if (!rep.ok) {
+        moe_cmp_report_print(stderr, &rep);
+        fail_msg("seed %llu (%s D=%d I=%d R=%d K=%d S=%d T=%d split %d/%d pad %d): %s",
+                 (unsigned long long)seed, c->routed_format == MOE_ROUTED_MXFP4 ? "mxfp4" : "bf16",
+                 c->D, c->I, c->R, c->K, c->S, T, (int)kind, n, pad, rep.msg);
+    }
+    free(x);
+    moe_layer_data_free(&ld);
+}
+
+static void test_supports_refuses_exact(void **state) {
+    (void)state;
+    if (!moe_backend_cuda.supports) skip(); /* the stub build */
+    moe_config c = {64, 64, 8, 2, 2, 8.0f, true, true, MOE_ROUTED_MXFP4};
+    moe_split none = {MOE_SPLIT_NONE, 1, 0, 0};
+    moe_options o = moe_options_default();
+    char why[256] = "";
+    o.precision = MOE_PRECISION_EXACT;
+    assert_false(moe_backend_cuda.supports(&c, &none, &o, why, sizeof why));
+    assert_non_null(strstr(why, "serving"));
+    o.precision = MOE_PRECISION_SERVING;
+    assert_true(moe_backend_cuda.supports(&c, &none, &o, why, sizeof why));
+}
+
+static void test_unavailable_has_reason(void **state) {
+    (void)state;
+    char why[256] = "";
+    if (moe_backend_cuda.available(why, sizeof why)) skip(); /* a GPU is here: nothing to check */
+    assert_true(strlen(why) > 0);
+}
+
+static void test_random_configs_match_reference(void **state) {
+    (void)state;
+    skip_without_gpu();
+    moe_rng rng = moe_rng_make(20251130, 7);
+    static const int Ts[] = {0, 1, 33};
+    for (int i = 0; i < 36; i++) {
+        moe_config c = draw_config(&rng);
+        moe_split_kind kind;
+        int n, pad;
+        draw_split(&c, &rng, &kind, &n, &pad);
+        int T = Ts[i % 3];
+        check_case(&c, 1000u + (uint64_t)i, T, kind, n, pad, T == 33 && i % 2 == 1);
+    }
+}
+
+/* The Inkling shape in miniature: R = 256, K = 6, S = 2, with EP 3 padding 256 to 258 (the
+ * sinks then TP-sliced 3 ways: I = 96) and TP 3 (I_tp = 32) padded to 64. */
+static void test_many_experts_ep_padding(void **state) {
+    (void)state;
+    skip_without_gpu();
+    moe_config c = {64, 96, 256, 6, 2, 8.0f, true, true, MOE_ROUTED_MXFP4};
+    check_case(&c, 77, 33, MOE_SPLIT_EP, 3, 0, true);
+    check_case(&c, 78, 33, MOE_SPLIT_TP, 3, 64, false);
+}
+
+/* Forward on a bf16 and an MXFP4 layer five times: every output and stage bitwise equal. */
+static void test_five_runs_bitwise_identical(void **state) {
+    (void)state;
+    skip_without_gpu();
+    for (int f = 0; f < 2; f++) {
+        moe_config c = {96, 64, 24, 4, 2, 8.0f, true, true, f ? MOE_ROUTED_MXFP4 : MOE_ROUTED_BF16};
+        const int T = 33, D = c.D, K = c.K, S = c.S, G = c.R + c.S;
+        moe_layer_data ld;
+        moe_error err;
+        assert_int_equal(moe_layer_data_random(&c, 5 + f, &ld, &err), MOE_OK);
+        moe_split none = {MOE_SPLIT_NONE, 1, 0, 0};
+        moe_shard sh;
+        assert_int_equal(moe_shard_build(&c, &ld.w, &none, &sh, &err), MOE_OK);
+        moe_options o = serving();
+        moe_layer *layer = NULL;
+        assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &layer, &err), MOE_OK);
+        uint16_t x[33 * 96];
+        moe_random_input(T, D, 9, x);
+        plant_nonfinite(T, D, x);
+        const size_t n_out = (size_t)T * D, n_logits = (size_t)T * G, n_ids = (size_t)T * K;
+        const size_t n_w = (size_t)T * (K + S), n_rh = (size_t)T * K * sh.I_local;
+        const size_t n_ry = (size_t)T * K * D, n_sh = (size_t)T * S * sh.sink_I_local;
+        const size_t per_run = n_out + n_logits + n_ids + n_w + n_rh + n_ry + n_sh + (size_t)T * D;
+        float *runs = calloc(per_run * 5, sizeof(float));
+        assert_non_null(runs);
+        for (int r = 0; r < 5; r++) {
+            float *p = runs + per_run * r;
+            moe_stages st = {p + n_out,
+                             (int32_t *)(p + n_out + n_logits),
+                             p + n_out + n_logits + n_ids,
+                             p + n_out + n_logits + n_ids + n_w,
+                             p + n_out + n_logits + n_ids + n_w + n_rh,
+                             p + n_out + n_logits + n_ids + n_w + n_rh + n_ry,
+                             p + n_out + n_logits + n_ids + n_w + n_rh + n_ry + n_sh,
+                             0};
+            assert_int_equal(moe_layer_forward(layer, T, x, p, &st, &err), MOE_OK);
+            assert_int_equal(st.filled, MOE_STAGE_LOGITS | MOE_STAGE_TOPK | MOE_STAGE_ROUTED_H |
+                                            MOE_STAGE_ROUTED_Y | MOE_STAGE_SINK_H | MOE_STAGE_SINK_Y);
+            if (r > 0) assert_memory_equal(runs, p, per_run * sizeof(float));
+        }
+        /* the non-finite rows: NaN output and weights, ids 0..K-1 */
+        for (int t = 5; t <= 20; t += 15) {
+            for (int d = 0; d < D; d++) assert_true(isnan(runs[(size_t)t * D + d]));
+            const int32_t *ids = (const int32_t *)(runs + n_out + n_logits) + (size_t)t * K;
+            const float *w = runs + n_out + n_logits + n_ids + (size_t)t * (K + S);
+            for (int k = 0; k < K; k++) assert_int_equal(ids[k], k);
+            for (int j = 0; j < K + S; j++) assert_true(isnan(w[j]));
+        }
+        for (int d = 0; d < D; d++) assert_false(isnan(runs[(size_t)4 * D + d]));
+        free(runs);
+        moe_layer_destroy(layer);
+        moe_shard_free(&sh);
+        moe_layer_data_free(&ld);
+    }
+}
+
+/* The routing entry on given logits, with planted exact ties, against the reference selector. */
+static void test_route_entry_matches_reference(void **state) {
+    (void)state;
+    skip_without_gpu();
+    moe_config c = {32, 32, 256, 6, 2, 8.0f, true, true, MOE_ROUTED_MXFP4};
+    moe_layer_data ld;
+    moe_error err;
+    assert_int_equal(moe_layer_data_random(&c, 3, &ld, &err), MOE_OK);
+    moe_split none = {MOE_SPLIT_NONE, 1, 0, 0};
+    moe_shard sh;
+    assert_int_equal(moe_shard_build(&c, &ld.w, &none, &sh, &err), MOE_OK);
+    moe_options o = serving();
+    moe_layer *layer = NULL;
+    assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &layer, &err), MOE_OK);
+    enum { T = 64 };
+    const int G = c.R + c.S, K = c.K, S = c.S;
+    float *logits = malloc(sizeof(float) * T * G);
+    int32_t ids[T * 6], ref_ids[6];
+    float weights[T * 8], ref_w[8];
+    moe_rng rng = moe_rng_make(11, 0);
+    for (int i = 0; i < T * G; i++) logits[i] = (float)(moe_rng_normal(&rng) * 3.0);
+    for (int t = 0; t < T; t += 2) /* ties: copies of one logit, and of the bias, at several ids */
+        for (int e = 0; e < c.R; e += 17) logits[t * G + e] = logits[t * G + 3];
+    for (int t = 1; t < T; t += 4) logits[t * G + c.R] = -200.0f; /* a sink far in the tail */
+    assert_int_equal(moe_layer_route(layer, T, logits, ids, weights, &err), MOE_OK);
+    for (int t = 0; t < T; t++) {
+        ref_route_token(logits + t * G, sh.gate_bias, c.R, K, S, c.route_scale, sh.global_scale,
+                        ref_ids, ref_w);
+        for (int k = 0; k < K; k++) assert_int_equal(ids[t * K + k], ref_ids[k]);
+        for (int j = 0; j < K + S; j++) { /* double exp/log1p may differ in the last bit only */
+            float a = weights[t * (K + S) + j], b = ref_w[j];
+            if (fabsf(a - b) > 2.4e-7f * fabsf(b))
+                fail_msg("token %d weight %d: cuda %.9g ref %.9g", t, j, a, b);
+        }
+    }
+    free(logits);
+    moe_layer_destroy(layer);
+    moe_shard_free(&sh);
+    moe_layer_data_free(&ld);
+}
+
+/* T = 0 works and fills the requested stage bits; T grows the workspace and shrinks again. */
+static void test_token_counts_vary(void **state) {
+    (void)state;
+    skip_without_gpu();
+    moe_config c = {64, 32, 16, 3, 1, 8.0f, false, false, MOE_ROUTED_MXFP4};
+    static const int Ts[] = {0, 1, 40, 7, 0, 40};
+    for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++)
+        check_case(&c, 40 + i, Ts[i], MOE_SPLIT_NONE, 1, 0, false);
+    moe_layer_data ld;
+    moe_error err;
+    assert_int_equal(moe_layer_data_random(&c, 1, &ld, &err), MOE_OK);
+    moe_split none = {MOE_SPLIT_NONE, 1, 0, 0};
+    moe_shard sh;
+    assert_int_equal(moe_shard_build(&c, &ld.w, &none, &sh, &err), MOE_OK);
+    moe_options o = serving();
+    moe_layer *layer = NULL;
+    assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &layer, &err), MOE_OK);
+    float logits[1];
+    moe_stages st = {logits, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+    assert_int_equal(moe_layer_forward(layer, 0, NULL, NULL, &st, &err), MOE_OK);
+    assert_int_equal(st.filled, MOE_STAGE_LOGITS);
+    moe_layer_destroy(layer);
+    moe_shard_free(&sh);
+    moe_layer_data_free(&ld);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_supports_refuses_exact),
+        cmocka_unit_test(test_unavailable_has_reason),
+        cmocka_unit_test(test_route_entry_matches_reference),
+        cmocka_unit_test(test_five_runs_bitwise_identical),
+        cmocka_unit_test(test_token_counts_vary),
+        cmocka_unit_test(test_many_experts_ep_padding),
+        cmocka_unit_test(test_random_configs_match_reference),
+    };
+    return cmocka_run_group_tests_name("cuda", tests, NULL, NULL);
+}
