@@ -2,13 +2,7 @@
  * here when its own file arrives. */
 #include "commands.h"
 
-#include <stdio.h>
-
-static int pending(const char *name) {
-    fprintf(stderr, "inkling-moe %s: not implemented in this build yet\n", name);
-    return 2;
-}
-
-int cmd_run(int argc, char **argv) { (void)argc; (void)argv; return pending("run"); }
-int cmd_diff(int argc, char **argv) { (void)argc; (void)argv; return pending("diff"); }
-int cmd_fuzz(int argc, char **argv) { (void)argc; (void)argv; return pending("fuzz"); }
+/* Every subcommand has landed; a future one starts here as
+ *   static int pending(const char *name) { fprintf(stderr, "... not implemented ...\n"); return 2; }
+ * until its own file arrives. */
+typedef int moe_cmd_pending_placeholder; /* keeps the translation unit non-empty */

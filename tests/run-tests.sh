@@ -3,6 +3,7 @@
 # then prints one closing line "N passed, N failed, N skipped" counted over all of them.
 set -u
 build=${1:-build}
+export INKLING_BUILD="$build"   # test_cli finds the tool here
 passed=0; failed=0; skipped=0; bad_bins=""
 for t in "$build"/tests/test_*; do
     [ -x "$t" ] || continue

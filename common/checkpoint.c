@@ -1,0 +1,626 @@
+/*
+ * checkpoint.c: config.json, the weight map, and one MoE layer's tensors as a moe_weights view.
+ *
+ * Rules (checkpoint.h and docs/formats.md state them in full):
+ *   - config fields have one meaning each: the MoE width is moe_intermediate_size when present,
+ *     else intermediate_size; K > R, non-integers and missing fields fail naming the field;
+ *   - each tensor of SPEC §3a is checked for presence, dtype and shape against the config; the
+ *     two scale layouts [R*2I, D/32] and [R, 2I, D/32] are the same bytes, so both are used
+ *     in place; gate.global_scale may be F32 or BF16, shape [1] or [];
+ *   - a flag that is false with its tensor present, or true with it absent, is an error;
+ *   - pointers point into the mappings; a tensor whose offset is not aligned to its element
+ *     size (legal in the format, never written by the usual writers) is copied out once;
+ *   - NaN scale bytes and overflowing scales are found by moe_shard_build, which reads only the
+ *     slab a rank holds and names the tensor and index.
+ */
+#include "checkpoint.h"
+#include "numeric.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CONFIG_MAX_BYTES (16u << 20)
+#define LAYER_PREFIX "model.llm.layers."
+#define GATE_SUFFIX ".mlp.gate.weight"
+
+/* ---------------------------------------------------------------- config.json */
+
+void moe_model_config_free(moe_model_config *mc) {
+    if (!mc) return;
+    for (int i = 0; i < mc->n_exclude; i++) free(mc->exclude[i]);
+    free(mc->exclude);
+    memset(mc, 0, sizeof *mc);
+}
+
+static moe_status config_int(const char *label, const cJSON *obj, const char *field, int *out,
+                             moe_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, field);
+    if (!v) return moe_fail(err, MOE_ERR_CONFIG, "%s: config field %s: missing", label, field);
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+        !(fabs(v->valuedouble) <= INT_MAX))
+        return moe_fail(err, MOE_ERR_CONFIG, "%s: config field %s: not an integer", label, field);
+    *out = (int)v->valuedouble;
+    return MOE_OK;
+}
+
+static moe_status config_flag(const char *label, const cJSON *obj, const char *field, int *out,
+                              moe_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, field);
+    *out = -1;
+    if (!v) return MOE_OK;
+    if (!cJSON_IsBool(v))
+        return moe_fail(err, MOE_ERR_CONFIG, "%s: config field %s: not true or false", label, field);
+    *out = cJSON_IsTrue(v) ? 1 : 0;
+    return MOE_OK;
+}
+
+static moe_status parse_quant_config(const char *label, const cJSON *qc, moe_model_config *mc,
+                                     moe_error *err) {
+    if (!cJSON_IsObject(qc))
+        return moe_fail(err, MOE_ERR_CONFIG, "%s: config field quantization_config: not an object",
+                        label);
+    mc->has_quant_config = true;
+    const cJSON *ex = cJSON_GetObjectItemCaseSensitive(qc, "exclude");
+    if (!ex || cJSON_IsNull(ex)) return MOE_OK;
+    if (!cJSON_IsArray(ex))
+        return moe_fail(err, MOE_ERR_CONFIG,
+                        "%s: config field quantization_config.exclude: not an array", label);
+    int n = cJSON_GetArraySize(ex);
+    mc->exclude = calloc((size_t)(n ? n : 1), sizeof *mc->exclude);
+    if (!mc->exclude) return moe_fail(err, MOE_ERR_NOMEM, "%s: out of memory", label);
+    for (const cJSON *e = ex->child; e; e = e->next) {
+        if (!cJSON_IsString(e))
+            return moe_fail(err, MOE_ERR_CONFIG,
+                            "%s: config field quantization_config.exclude[%d]: not a string", label,
+                            mc->n_exclude);
+        if (!(mc->exclude[mc->n_exclude] = strdup(e->valuestring)))
+            return moe_fail(err, MOE_ERR_NOMEM, "%s: out of memory", label);
+        mc->n_exclude++;
+    }
+    return MOE_OK;
+}
+
+static moe_status parse_config(const char *label, const cJSON *root, moe_model_config *mc,
+                               moe_error *err) {
+    if (!cJSON_IsObject(root))
+        return moe_fail(err, MOE_ERR_CONFIG, "%s: not a JSON object", label);
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    if (text && !cJSON_IsObject(text))
+        return moe_fail(err, MOE_ERR_CONFIG, "%s: config field text_config: not an object", label);
+    if (!text) text = root;
+    moe_config *c = &mc->cfg;
+    moe_status st = config_int(label, text, "hidden_size", &c->D, err);
+    const char *width = cJSON_GetObjectItemCaseSensitive(text, "moe_intermediate_size")
+                            ? "moe_intermediate_size"
+                            : "intermediate_size";
+    if (!st) st = config_int(label, text, width, &c->I, err);
+    if (!st) st = config_int(label, text, "n_routed_experts", &c->R, err);
+    if (!st) st = config_int(label, text, "num_experts_per_tok", &c->K, err);
+    if (!st) st = config_int(label, text, "n_shared_experts", &c->S, err);
+    if (st) return st;
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(text, "route_scale");
+    if (!rs) return moe_fail(err, MOE_ERR_CONFIG, "%s: config field route_scale: missing", label);
+    if (!cJSON_IsNumber(rs) || !isfinite((float)rs->valuedouble))
+        return moe_fail(err, MOE_ERR_CONFIG, "%s: config field route_scale: not a finite number",
+                        label);
+    c->route_scale = (float)rs->valuedouble;
+    st = config_flag(label, text, "use_gate_bias", &mc->gate_bias_flag, err);
+    if (!st) st = config_flag(label, text, "use_global_scale", &mc->global_scale_flag, err);
+    if (st) return st;
+    c->has_gate_bias = mc->gate_bias_flag == 1;
+    c->has_global_scale = mc->global_scale_flag == 1;
+    c->routed_format = MOE_ROUTED_BF16; /* no block alignment asked of D, I until a layer says */
+    const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    if (qc && !cJSON_IsNull(qc)) {
+        st = parse_quant_config(label, qc, mc, err);
+        if (st) return st;
+    }
+    moe_error inner;
+    if (moe_config_validate(c, &inner))
+        return moe_fail(err, inner.status, "%s: %s", label, inner.msg);
+    return MOE_OK;
+}
+
+moe_status moe_model_config_parse(const char *text, size_t len, const char *label,
+                                  moe_model_config *mc, moe_error *err) {
+    if (!mc) return moe_fail(err, MOE_ERR_ARG, "config: NULL");
+    memset(mc, 0, sizeof *mc);
+    if (!label) label = "config.json";
+    if (!text) return moe_fail(err, MOE_ERR_ARG, "%s: NULL text", label);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) {
+        return moe_fail(err, MOE_ERR_FORMAT, "%s: not valid JSON (near byte %lld)", label,
+                        end ? (long long)(end - text) : -1LL);
+    }
+    moe_status st = parse_config(label, root, mc, err);
+    cJSON_Delete(root);
+    if (st) moe_model_config_free(mc);
+    return st;
+}
+
+bool moe_model_config_excludes(const moe_model_config *mc, const char *module) {
+    for (int i = 0; i < mc->n_exclude; i++) {
+        const char *e = mc->exclude[i];
+        size_t n = strlen(e);
+        if (!fnmatch(e, module, 0)) return true;
+        if (n && !strncmp(e, module, n) && module[n] == '.') return true;
+    }
+    return false;
+}
+
+/* ---------------------------------------------------------------- the directory */
+
+static char *join_path(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = malloc(a + b + 2);
+    if (p) {
+        memcpy(p, dir, a);
+        p[a] = '/';
+        memcpy(p + a + 1, name, b + 1);
+    }
+    return p;
+}
+
+/* Reads a whole small file: *text [*len + 1], NUL-terminated. */
+static moe_status read_small_file(const char *path, char **text, size_t *len, moe_error *err) {
+    *text = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return moe_fail(err, MOE_ERR_IO, "file %s: cannot open: %s", path, strerror(errno));
+    char *buf = malloc(CONFIG_MAX_BYTES + 1);
+    if (!buf) {
+        fclose(f);
+        return moe_fail(err, MOE_ERR_NOMEM, "file %s: out of memory", path);
+    }
+    size_t n = fread(buf, 1, CONFIG_MAX_BYTES + 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad || n > CONFIG_MAX_BYTES) {
+        free(buf);
+        return bad ? moe_fail(err, MOE_ERR_IO, "file %s: read error", path)
+                   : moe_fail(err, MOE_ERR_FORMAT, "file %s: larger than %u bytes", path,
+                              CONFIG_MAX_BYTES);
+    }
+    buf[n] = '\0';
+    *text = buf;
+    *len = n;
+    return MOE_OK;
+}
+
+void moe_checkpoint_close(moe_checkpoint *ck) {
+    if (!ck) return;
+    for (int i = 0; i < ck->n_names; i++) {
+        free(ck->names[i]);
+        free(ck->name_file[i]);
+    }
+    free(ck->names);
+    free(ck->name_file);
+    for (int i = 0; i < ck->n_files; i++) {
+        free(ck->file_names[i]);
+        moe_st_close(&ck->files[i]);
+    }
+    free(ck->file_names);
+    free(ck->files);
+    for (int i = 0; i < ck->n_copies; i++) free(ck->copies[i]);
+    free(ck->copies);
+    moe_model_config_free(&ck->config);
+    free(ck->dir);
+    memset(ck, 0, sizeof *ck);
+}
+
+static moe_status add_name(moe_checkpoint *ck, const char *name, const char *file, int cap,
+                           moe_error *err) {
+    if (ck->n_names >= cap) return moe_fail(err, MOE_ERR_INTERNAL, "checkpoint: name table full");
+    ck->names[ck->n_names] = strdup(name);
+    ck->name_file[ck->n_names] = strdup(file);
+    if (!ck->names[ck->n_names] || !ck->name_file[ck->n_names]) {
+        free(ck->names[ck->n_names]);
+        free(ck->name_file[ck->n_names]);
+        return moe_fail(err, MOE_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    ck->n_names++;
+    return MOE_OK;
+}
+
+static moe_status alloc_names(moe_checkpoint *ck, int n, moe_error *err) {
+    ck->names = calloc((size_t)(n ? n : 1), sizeof *ck->names);
+    ck->name_file = calloc((size_t)(n ? n : 1), sizeof *ck->name_file);
+    if (!ck->names || !ck->name_file) return moe_fail(err, MOE_ERR_NOMEM, "checkpoint: out of memory");
+    return MOE_OK;
+}
+
+/* Opens file name (relative to the directory) once; *out points at it. */
+static moe_status open_file(moe_checkpoint *ck, const char *name, const moe_st_file **out,
+                            moe_error *err) {
+    for (int i = 0; i < ck->n_files; i++)
+        if (!strcmp(ck->file_names[i], name)) {
+            *out = &ck->files[i];
+            return MOE_OK;
+        }
+    char **names = realloc(ck->file_names, (size_t)(ck->n_files + 1) * sizeof *names);
+    if (names) ck->file_names = names;
+    moe_st_file *files = realloc(ck->files, (size_t)(ck->n_files + 1) * sizeof *files);
+    if (files) ck->files = files;
+    char *path = join_path(ck->dir, name);
+    char *copy = strdup(name);
+    if (!names || !files || !path || !copy) {
+        free(path);
+        free(copy);
+        return moe_fail(err, MOE_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    moe_status st = moe_st_open(path, &ck->files[ck->n_files], err);
+    free(path);
+    if (st) {
+        free(copy);
+        return st;
+    }
+    ck->file_names[ck->n_files] = copy;
+    *out = &ck->files[ck->n_files++];
+    return MOE_OK;
+}
+
+static moe_status read_index(moe_checkpoint *ck, const char *path, moe_error *err) {
+    char *text;
+    size_t len;
+    moe_status st = read_small_file(path, &text, &len, err);
+    if (st) return st;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+    if (!root || !cJSON_IsObject(root)) st = moe_fail(err, MOE_ERR_FORMAT, "file %s: not a JSON object", path);
+    else if (!cJSON_IsObject(map))
+        st = moe_fail(err, MOE_ERR_FORMAT, "file %s: field weight_map: missing or not an object", path);
+    if (!st) st = alloc_names(ck, cJSON_GetArraySize(map), err);
+    for (const cJSON *e = st ? NULL : map->child; e && !st; e = e->next) {
+        const char *file = cJSON_IsString(e) ? e->valuestring : NULL;
+        if (!file || !file[0] || strchr(file, '/') || !strcmp(file, ".") || !strcmp(file, ".."))
+            st = moe_fail(err, MOE_ERR_FORMAT,
+                          "file %s: weight_map entry for tensor %s is not a file name in the "
+                          "model directory",
+                          path, e->string);
+        else
+            st = add_name(ck, e->string, file, cJSON_GetArraySize(map), err);
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
+moe_status moe_checkpoint_open(const char *dir, moe_checkpoint *ck, moe_error *err) {
+    if (!ck) return moe_fail(err, MOE_ERR_ARG, "checkpoint: NULL");
+    memset(ck, 0, sizeof *ck);
+    if (!dir) return moe_fail(err, MOE_ERR_ARG, "argument --model: missing");
+    ck->dir = strdup(dir);
+    char *config_path = join_path(dir, "config.json");
+    char *index_path = join_path(dir, "model.safetensors.index.json");
+    char *text = NULL;
+    size_t len = 0;
+    moe_status st = MOE_OK;
+    if (!ck->dir || !config_path || !index_path) {
+        st = moe_fail(err, MOE_ERR_NOMEM, "checkpoint: out of memory");
+        goto done;
+    }
+    st = read_small_file(config_path, &text, &len, err);
+    if (!st) st = moe_model_config_parse(text, len, config_path, &ck->config, err);
+    if (st) goto done;
+    FILE *probe = fopen(index_path, "rb");
+    if (probe) {
+        fclose(probe);
+        st = read_index(ck, index_path, err);
+    } else {
+        const moe_st_file *f;
+        st = open_file(ck, "model.safetensors", &f, err);
+        if (st && err && err->status == MOE_ERR_IO)
+            st = moe_fail(err, MOE_ERR_IO,
+                          "model directory %s: neither model.safetensors.index.json nor a readable "
+                          "model.safetensors",
+                          dir);
+        if (!st) st = alloc_names(ck, f->n_tensors, err);
+        for (int i = 0; i < (st ? 0 : f->n_tensors) && !st; i++)
+            st = add_name(ck, f->tensors[i].name, "model.safetensors", f->n_tensors, err);
+    }
+done:
+    free(text);
+    free(config_path);
+    free(index_path);
+    if (st) moe_checkpoint_close(ck);
+    return st;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+void moe_checkpoint_moe_layers(const moe_checkpoint *ck, int *layers, int max, int *count) {
+    int n = 0;
+    const size_t plen = strlen(LAYER_PREFIX), slen = strlen(GATE_SUFFIX);
+    for (int i = 0; i < ck->n_names; i++) {
+        const char *s = ck->names[i];
+        size_t len = strlen(s);
+        if (len <= plen + slen || strncmp(s, LAYER_PREFIX, plen) || strcmp(s + len - slen, GATE_SUFFIX))
+            continue;
+        long v = 0;
+        size_t j = plen;
+        for (; j < len - slen && s[j] >= '0' && s[j] <= '9' && v < 1000000; j++) v = v * 10 + (s[j] - '0');
+        if (j != len - slen) continue; /* not a plain layer number */
+        if (n < max) layers[n] = (int)v;
+        n++;
+    }
+    if (layers) qsort(layers, (size_t)(n < max ? n : max), sizeof *layers, cmp_int);
+    *count = n;
+}
+
+static const char *lookup_file(const moe_checkpoint *ck, const char *name) {
+    for (int i = 0; i < ck->n_names; i++)
+        if (!strcmp(ck->names[i], name)) return ck->name_file[i];
+    return NULL;
+}
+
+const moe_st_tensor *moe_checkpoint_tensor(moe_checkpoint *ck, const char *name, moe_error *err) {
+    const char *file = lookup_file(ck, name);
+    if (!file) {
+        moe_fail(err, MOE_ERR_SHAPE, "missing tensor %s", name);
+        return NULL;
+    }
+    const moe_st_file *f;
+    if (open_file(ck, file, &f, err)) return NULL;
+    const moe_st_tensor *t = moe_st_find(f, name);
+    if (!t)
+        moe_fail(err, MOE_ERR_FORMAT,
+                 "missing tensor %s: the weight map names file %s, which does not hold it", name,
+                 file);
+    return t;
+}
+
+/* ---------------------------------------------------------------- one layer */
+
+typedef struct {
+    moe_checkpoint *ck;
+    const moe_config *cfg;
+    char prefix[64];
+    char name[192];
+} layer_ctx;
+
+static const char *full_name(layer_ctx *lc, const char *suffix) {
+    snprintf(lc->name, sizeof lc->name, "%s%s", lc->prefix, suffix);
+    return lc->name;
+}
+
+static bool has_tensor(layer_ctx *lc, const char *suffix) {
+    return lookup_file(lc->ck, full_name(lc, suffix)) != NULL;
+}
+
+/* Checks dtype and shape; dims [ndim]. The expected shape is explained by the config fields. */
+static moe_status check_tensor(layer_ctx *lc, const moe_st_tensor *t, moe_st_dtype dtype, int ndim,
+                               const int64_t *dims, moe_error *err) {
+    if (t->dtype != dtype)
+        return moe_fail(err, MOE_ERR_DTYPE, "tensor %s: dtype %s, expected %s", t->name,
+                        moe_st_dtype_name(t->dtype), moe_st_dtype_name(dtype));
+    bool same = t->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++) same = t->shape[i] == dims[i];
+    if (!same) {
+        char got[96], want[96];
+        const moe_config *c = lc->cfg;
+        return moe_fail(err, MOE_ERR_SHAPE,
+                        "tensor %s: shape %s, expected %s from config hidden_size=%d, "
+                        "intermediate_size=%d, n_routed_experts=%d, n_shared_experts=%d",
+                        t->name, moe_st_shape_str(t->ndim, t->shape, got, sizeof got),
+                        moe_st_shape_str(ndim, dims, want, sizeof want), c->D, c->I, c->R, c->S);
+    }
+    return MOE_OK;
+}
+
+/* A pointer to t's elements aligned for its dtype: in place, or a copy owned by ck. */
+static moe_status aligned_data(moe_checkpoint *ck, const moe_st_tensor *t, const void **out,
+                               moe_error *err) {
+    size_t align = moe_st_dtype_size(t->dtype);
+    if ((uintptr_t)t->data % align == 0) {
+        *out = t->data;
+        return MOE_OK;
+    }
+    void **copies = realloc(ck->copies, (size_t)(ck->n_copies + 1) * sizeof *copies);
+    if (copies) ck->copies = copies;
+    void *copy = malloc(t->nbytes ? (size_t)t->nbytes : 1);
+    if (!copies || !copy) {
+        free(copy);
+        return moe_fail(err, MOE_ERR_NOMEM, "tensor %s: out of memory for an aligned copy", t->name);
+    }
+    memcpy(copy, t->data, (size_t)t->nbytes);
+    ck->copies[ck->n_copies++] = copy;
+    *out = copy;
+    return MOE_OK;
+}
+
+/* Finds suffix and checks it; *data receives its aligned elements. */
+static moe_status load(layer_ctx *lc, const char *suffix, moe_st_dtype dtype, int ndim,
+                       const int64_t *dims, const void **data, moe_error *err) {
+    const moe_st_tensor *t = moe_checkpoint_tensor(lc->ck, full_name(lc, suffix), err);
+    if (!t) return err ? err->status : MOE_ERR_SHAPE;
+    moe_status st = check_tensor(lc, t, dtype, ndim, dims, err);
+    return st ? st : aligned_data(lc->ck, t, data, err);
+}
+
+/* A flag and the presence of its tensor must agree; an absent flag follows the tensor. */
+static moe_status resolve_flag(layer_ctx *lc, int flag, const char *field, const char *suffix,
+                               bool *use, moe_error *err) {
+    bool present = has_tensor(lc, suffix);
+    if (flag == 1 && !present)
+        return moe_fail(err, MOE_ERR_SHAPE, "missing tensor %s (config field %s is true)",
+                        full_name(lc, suffix), field);
+    if (flag == 0 && present)
+        return moe_fail(err, MOE_ERR_CONFIG,
+                        "tensor %s: present, but config field %s is false", full_name(lc, suffix),
+                        field);
+    *use = present;
+    return MOE_OK;
+}
+
+static moe_status load_global_scale(layer_ctx *lc, float *out, moe_error *err) {
+    const moe_st_tensor *t = moe_checkpoint_tensor(lc->ck, full_name(lc, "gate.global_scale"), err);
+    if (!t) return err ? err->status : MOE_ERR_SHAPE;
+    if (t->dtype != MOE_ST_F32 && t->dtype != MOE_ST_BF16)
+        return moe_fail(err, MOE_ERR_DTYPE, "tensor %s: dtype %s, expected F32 or BF16", t->name,
+                        moe_st_dtype_name(t->dtype));
+    if (t->numel != 1 || t->ndim > 1) {
+        char got[96];
+        return moe_fail(err, MOE_ERR_SHAPE, "tensor %s: shape %s, expected [1]", t->name,
+                        moe_st_shape_str(t->ndim, t->shape, got, sizeof got));
+    }
+    if (t->dtype == MOE_ST_F32) {
+        memcpy(out, t->data, sizeof *out);
+    } else {
+        uint16_t h;
+        memcpy(&h, t->data, sizeof h);
+        *out = moe_bf16_to_f32(h);
+    }
+    if (!isfinite(*out))
+        return moe_fail(err, MOE_ERR_VALUE, "tensor %s: value %g is not finite", t->name, *out);
+    return MOE_OK;
+}
+
+/* The routed format from experts.w13_weight's dtype, cross-checked with the quantization config. */
+static moe_status routed_format(layer_ctx *lc, const moe_model_config *mc, moe_routed_format *fmt,
+                                moe_error *err) {
+    const moe_st_tensor *t = moe_checkpoint_tensor(lc->ck, full_name(lc, "experts.w13_weight"), err);
+    if (!t) return err ? err->status : MOE_ERR_SHAPE;
+    if (t->dtype != MOE_ST_U8 && t->dtype != MOE_ST_BF16)
+        return moe_fail(err, MOE_ERR_DTYPE, "tensor %s: dtype %s, expected U8 (MXFP4) or BF16",
+                        t->name, moe_st_dtype_name(t->dtype));
+    *fmt = t->dtype == MOE_ST_U8 ? MOE_ROUTED_MXFP4 : MOE_ROUTED_BF16;
+    if (!mc->has_quant_config) return MOE_OK;
+    char module[128];
+    snprintf(module, sizeof module, "%sexperts", lc->prefix);
+    bool excluded = moe_model_config_excludes(mc, module);
+    if (excluded && *fmt == MOE_ROUTED_MXFP4)
+        return moe_fail(err, MOE_ERR_DTYPE,
+                        "tensor %s: stored as MXFP4 (U8), but config field "
+                        "quantization_config.exclude lists %s, so bf16 was expected",
+                        t->name, module);
+    if (!excluded && *fmt == MOE_ROUTED_BF16)
+        return moe_fail(err, MOE_ERR_DTYPE,
+                        "tensor %s: stored as BF16, but config field quantization_config.exclude "
+                        "does not list %s, so MXFP4 was expected",
+                        t->name, module);
+    return MOE_OK;
+}
+
+static moe_status pick_layer(const moe_checkpoint *ck, int *layer, moe_error *err) {
+    int layers[16], n;
+    moe_checkpoint_moe_layers(ck, layers, 16, &n);
+    if (n == 1) {
+        *layer = layers[0];
+        return MOE_OK;
+    }
+    if (n == 0)
+        return moe_fail(err, MOE_ERR_SHAPE,
+                        "missing tensor " LAYER_PREFIX "{L}" GATE_SUFFIX ": the checkpoint holds no "
+                        "MoE layer");
+    char list[128] = "";
+    size_t used = 0;
+    for (int i = 0; i < n && i < 16 && used < sizeof list; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, i ? ", %d" : "%d", layers[i]);
+    return moe_fail(err, MOE_ERR_ARG,
+                    "argument --layer: required, the checkpoint holds %d MoE layers (%s%s)", n, list,
+                    n > 16 ? ", ..." : "");
+}
+
+moe_status moe_checkpoint_layer(moe_checkpoint *ck, int layer, int *layer_out, moe_config *cfg_out,
+                                moe_weights *w, moe_error *err) {
+    if (!ck || !cfg_out || !w) return moe_fail(err, MOE_ERR_ARG, "checkpoint layer: NULL argument");
+    memset(w, 0, sizeof *w);
+    moe_status st = MOE_OK;
+    if (layer < 0 && (st = pick_layer(ck, &layer, err))) return st;
+    if (layer_out) *layer_out = layer;
+    moe_config cfg = ck->config.cfg;
+    layer_ctx lc = {.ck = ck, .cfg = &cfg};
+    snprintf(lc.prefix, sizeof lc.prefix, LAYER_PREFIX "%d.mlp.", layer);
+    if (!has_tensor(&lc, "gate.weight")) {
+        int layers[16], n;
+        moe_checkpoint_moe_layers(ck, layers, 16, &n);
+        return moe_fail(err, MOE_ERR_SHAPE, "missing tensor %sgate.weight (layer %d%s)", lc.prefix,
+                        layer, n ? " is not a MoE layer of this checkpoint" : "; no MoE layer found");
+    }
+    st = routed_format(&lc, &ck->config, &cfg.routed_format, err);
+    if (!st) {
+        moe_error inner;
+        if (moe_config_validate(&cfg, &inner)) st = moe_fail(err, inner.status, "%s", inner.msg);
+    }
+    if (!st) st = resolve_flag(&lc, ck->config.gate_bias_flag, "use_gate_bias", "gate.bias",
+                               &cfg.has_gate_bias, err);
+    if (!st) st = resolve_flag(&lc, ck->config.global_scale_flag, "use_global_scale",
+                               "gate.global_scale", &cfg.has_global_scale, err);
+    if (st) return st;
+
+    const int64_t D = cfg.D, I = cfg.I, R = cfg.R, S = cfg.S;
+    const void *p = NULL;
+    st = load(&lc, "gate.weight", MOE_ST_BF16, 2, (const int64_t[]){R + S, D}, &p, err);
+    w->gate_w = p;
+    if (!st && cfg.has_gate_bias) {
+        st = load(&lc, "gate.bias", MOE_ST_F32, 1, (const int64_t[]){R}, &p, err);
+        w->gate_bias = p;
+    }
+    w->global_scale = 1.0f;
+    if (!st && cfg.has_global_scale) st = load_global_scale(&lc, &w->global_scale, err);
+    if (st) return st;
+
+    if (cfg.routed_format == MOE_ROUTED_MXFP4) {
+        st = load(&lc, "experts.w13_weight", MOE_ST_U8, 3, (const int64_t[]){R, 2 * I, D / 2}, &p, err);
+        w->w13_mx = p;
+        if (!st) st = load(&lc, "experts.w2_weight", MOE_ST_U8, 3, (const int64_t[]){R, D, I / 2}, &p, err);
+        w->w2_mx = p;
+        static const struct {
+            const char *suffix;
+            int a, b; /* rows per expert: 2I or D; blocks per row: D/32 or I/32 */
+        } scales[2] = {{"experts.w13_weight_scale", 0, 0}, {"experts.w2_weight_scale", 1, 1}};
+        for (int i = 0; i < 2 && !st; i++) {
+            int64_t rows = scales[i].a ? D : 2 * I, blocks = scales[i].b ? I / 32 : D / 32;
+            const moe_st_tensor *t = moe_checkpoint_tensor(ck, full_name(&lc, scales[i].suffix), err);
+            if (!t) return err ? err->status : MOE_ERR_SHAPE;
+            /* Flattened [R*rows, blocks] and 3-D [R, rows, blocks] are the same bytes. */
+            bool flat = t->ndim == 2;
+            st = check_tensor(&lc, t, MOE_ST_U8, flat ? 2 : 3,
+                              flat ? (const int64_t[]){R * rows, blocks}
+                                   : (const int64_t[]){R, rows, blocks},
+                              err);
+            if (!st) st = aligned_data(ck, t, &p, err);
+            if (i == 0) w->w13_scale = p;
+            else w->w2_scale = p;
+        }
+    } else {
+        st = load(&lc, "experts.w13_weight", MOE_ST_BF16, 3, (const int64_t[]){R, 2 * I, D}, &p, err);
+        w->w13_bf16 = p;
+        if (!st) st = load(&lc, "experts.w2_weight", MOE_ST_BF16, 3, (const int64_t[]){R, D, I}, &p, err);
+        w->w2_bf16 = p;
+        for (int i = 0; i < 2 && !st; i++) {
+            const char *suffix = i ? "experts.w2_weight_scale" : "experts.w13_weight_scale";
+            if (has_tensor(&lc, suffix))
+                st = moe_fail(err, MOE_ERR_DTYPE,
+                              "tensor %s: an MXFP4 scale next to bf16 experts.w13_weight",
+                              full_name(&lc, suffix));
+        }
+    }
+    if (st) return st;
+    if (S > 0 || has_tensor(&lc, "shared_experts.shared_w13_weight")) {
+        st = load(&lc, "shared_experts.shared_w13_weight", MOE_ST_BF16, 3,
+                  (const int64_t[]){S, 2 * I, D}, &p, err);
+        w->sink_w13 = p;
+    }
+    if (!st && (S > 0 || has_tensor(&lc, "shared_experts.shared_w2_weight"))) {
+        st = load(&lc, "shared_experts.shared_w2_weight", MOE_ST_BF16, 3,
+                  (const int64_t[]){S, D, I}, &p, err);
+        w->sink_w2 = p;
+    }
+    if (st) {
+        memset(w, 0, sizeof *w);
+        return st;
+    }
+    *cfg_out = cfg;
+    return MOE_OK;
+}

@@ -1,0 +1,75 @@
+/*
+ * checkpoint.h: one MoE layer of a checkpoint directory, as a moe_config plus a moe_weights
+ * view whose pointers point into the memory-mapped safetensors files (SPEC §3a, §5).
+ *
+ * Rules (docs/formats.md has the full list and the decisions behind them):
+ *   - config.json: the text config at the top level or under "text_config"; the MoE width is
+ *     "moe_intermediate_size" when present, else "intermediate_size"; hidden_size,
+ *     n_routed_experts, num_experts_per_tok, n_shared_experts and route_scale are required;
+ *     use_gate_bias / use_global_scale, when absent, follow the presence of the tensor;
+ *   - a model directory holds model.safetensors.index.json (its weight_map says which file
+ *     holds each tensor) or else one model.safetensors; only the files that hold the layer's
+ *     tensors are opened, and only their headers are read when they are;
+ *   - the routed format comes from the dtype of experts.w13_weight (U8: MXFP4, BF16: bf16) and
+ *     is cross-checked against quantization_config.exclude when that config is present;
+ *   - every inconsistency fails with a message naming the tensor or config field.
+ * A shard built from the view with moe_shard_build reads only the rank's slab of the files.
+ */
+#ifndef INKLING_CHECKPOINT_H
+#define INKLING_CHECKPOINT_H
+
+#include "moe.h"
+#include "safetensors.h"
+
+#include <stdbool.h>
+
+/* What config.json says about the MoE layers. */
+typedef struct {
+    moe_config cfg;           /* routed_format is decided per layer, from the tensors */
+    int gate_bias_flag;       /* use_gate_bias: 1 true, 0 false, -1 absent */
+    int global_scale_flag;    /* use_global_scale: 1 true, 0 false, -1 absent */
+    bool has_quant_config;    /* a top-level quantization_config is present */
+    int n_exclude;
+    char **exclude;           /* [n_exclude] quantization_config.exclude entries */
+} moe_model_config;
+
+/* Parses config.json text [len] (need not be NUL-terminated). label names it in messages. */
+moe_status moe_model_config_parse(const char *text, size_t len, const char *label,
+                                  moe_model_config *mc, moe_error *err);
+void moe_model_config_free(moe_model_config *mc);
+
+/* Whether quantization_config.exclude excludes module (e.g. "model.llm.layers.2.mlp.experts"):
+ * an entry equal to it, an fnmatch pattern matching it, or a module path that contains it
+ * (an entry "model.llm.layers.2" excludes everything under that layer). */
+bool moe_model_config_excludes(const moe_model_config *mc, const char *module);
+
+typedef struct {
+    char *dir;
+    moe_model_config config;
+    int n_names;
+    char **names;        /* [n_names] every tensor name the checkpoint holds */
+    char **name_file;    /* [n_names] the file (relative to dir) holding names[i] */
+    int n_files;
+    char **file_names;   /* [n_files] files opened so far */
+    moe_st_file *files;  /* [n_files] */
+    int n_copies;
+    void **copies;       /* tensors copied out because their offset was misaligned */
+} moe_checkpoint;
+
+/* Reads config.json and the index (or the single file's header). */
+moe_status moe_checkpoint_open(const char *dir, moe_checkpoint *ck, moe_error *err);
+void moe_checkpoint_close(moe_checkpoint *ck);
+
+/* The MoE layers present (those with a model.llm.layers.{L}.mlp.gate.weight tensor), in
+ * ascending order: layers [max], *count may exceed max. */
+void moe_checkpoint_moe_layers(const moe_checkpoint *ck, int *layers, int max, int *count);
+
+/* layer < 0: the only MoE layer, or an error if there is not exactly one. *layer_out (may be
+ * NULL) receives the layer loaded. The view stays valid until moe_checkpoint_close. */
+moe_status moe_checkpoint_layer(moe_checkpoint *ck, int layer, int *layer_out, moe_config *cfg,
+                                moe_weights *w, moe_error *err);
+
+/* A tensor by full name, opening its file if needed; NULL plus err when absent. */
+const moe_st_tensor *moe_checkpoint_tensor(moe_checkpoint *ck, const char *name, moe_error *err);
+
+#endif /* INKLING_CHECKPOINT_H */

@@ -1,0 +1,241 @@
+/*
+ * cmd_run.c: `inkling-moe run`, one MoE layer of a checkpoint on an input file (SPEC §5).
+ *
+ * Rules:
+ *   - the layer is loaded through the checkpoint loader as a view into the mapped files;
+ *     --tp N / --ep N run all N ranks, each from its own shard (moe_shard_build reads only that
+ *     rank's slab), and write the sum of the partials added in rank order;
+ *   - the output file holds out [T, D] (F32 for exact, BF16 for serving), topk_ids I32 [T, K],
+ *     topk_weights F32 [T, K+S]; with --stages also logits F32 [T, R+S] and, for an unsplit
+ *     layer whose backend fills it, sink_y F32 [T, D] (under a split rank 0's sink_y would be
+ *     only a partial, so it is left out);
+ *   - exit 0 on success; on any failure exit 2 with exactly one line on stderr naming the
+ *     tensor, config field or argument at fault, and no output file (the writer renames a
+ *     complete temporary file into place only at the very end).
+ */
+#include "commands.h"
+
+#include "../common/checkpoint.h"
+#include "../common/moe.h"
+#include "../common/numeric.h"
+#include "../common/safetensors.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: inkling-moe run --model DIR [--layer L] --input FILE --out FILE\n"
+            "        [--backend ref|blas|cuda] [--precision exact|serving] [--tp N | --ep N]\n"
+            "        [--pad-inter N] [--stages] [--threads N] [--strict]\n\n"
+            "  --model DIR        checkpoint: config.json plus model.safetensors or shards with\n"
+            "                     model.safetensors.index.json\n"
+            "  --layer L          the MoE layer; may be left out when the files hold exactly one\n"
+            "  --input FILE       safetensors file with x BF16 [T, D]\n"
+            "  --out FILE         output safetensors: out [T, D] (F32 exact, BF16 serving),\n"
+            "                     topk_ids I32 [T, K], topk_weights F32 [T, K+S]\n"
+            "  --backend NAME     ref (default), blas or cuda\n"
+            "  --precision P      serving (default) or exact\n"
+            "  --tp N, --ep N     run all N ranks of tensor / expert parallelism and sum them\n"
+            "  --pad-inter N      round each rank's intermediate width up to a multiple of N\n"
+            "  --stages           also write logits F32 [T, R+S] (and sink_y F32 [T, D] unsplit)\n"
+            "  --threads N        threads for the backend (0: its default)\n"
+            "  --strict           refuse input rows holding NaN or inf instead of NaN outputs\n");
+}
+
+typedef struct {
+    const char *model, *input, *out, *backend;
+    int layer, n, pad_inter, threads;
+    moe_split_kind kind;
+    moe_precision precision;
+    bool stages, strict;
+} run_args;
+
+/* One line on stderr: control characters (a tensor name may hold any) become '?'. */
+static int fail_line(const char *msg) {
+    char line[sizeof ((moe_error *)0)->msg];
+    snprintf(line, sizeof line, "%s", msg);
+    for (char *p = line; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    fprintf(stderr, "inkling-moe run: %s\n", line);
+    return 2;
+}
+
+static int bad_arg(const char *fmt, const char *a, const char *b) {
+    char msg[512];
+    snprintf(msg, sizeof msg, fmt, a, b);
+    return fail_line(msg);
+}
+
+static bool parse_count(const char *s, int lo, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > INT_MAX) return false;
+    *out = (int)v;
+    return true;
+}
+
+/* Returns -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, run_args *a) {
+    *a = (run_args){.backend = "ref", .layer = -1, .n = 1, .kind = MOE_SPLIT_NONE,
+                    .precision = MOE_PRECISION_SERVING};
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(o, "--stages")) { a->stages = true; continue; }
+        if (!strcmp(o, "--strict")) { a->strict = true; continue; }
+        static const char *const valued[] = {"--model", "--layer", "--input", "--out", "--backend",
+                                             "--precision", "--tp", "--ep", "--pad-inter",
+                                             "--threads"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(o, valued[k]);
+        if (!known) return bad_arg("argument %s: unknown option%s (see --help)", o, "");
+        if (i + 1 >= argc) return bad_arg("argument %s: needs a value%s", o, "");
+        const char *v = argv[++i];
+        int n;
+        if (!strcmp(o, "--model")) a->model = v;
+        else if (!strcmp(o, "--input")) a->input = v;
+        else if (!strcmp(o, "--out")) a->out = v;
+        else if (!strcmp(o, "--backend")) a->backend = v;
+        else if (!strcmp(o, "--precision")) {
+            if (!strcmp(v, "exact")) a->precision = MOE_PRECISION_EXACT;
+            else if (!strcmp(v, "serving")) a->precision = MOE_PRECISION_SERVING;
+            else return bad_arg("argument --precision: '%s' is not exact or serving%s", v, "");
+        } else if (!strcmp(o, "--layer")) {
+            if (!parse_count(v, 0, &a->layer))
+                return bad_arg("argument --layer: '%s' is not a layer number%s", v, "");
+        } else if (!strcmp(o, "--tp") || !strcmp(o, "--ep")) {
+            if (a->kind != MOE_SPLIT_NONE)
+                return bad_arg("argument %s: only one of --tp and --ep may be given%s", o, "");
+            if (!parse_count(v, 1, &n))
+                return bad_arg("argument %s: '%s' is not a positive rank count", o, v);
+            a->kind = o[2] == 't' ? MOE_SPLIT_TP : MOE_SPLIT_EP;
+            a->n = n;
+        } else if (!strcmp(o, "--pad-inter")) {
+            if (!parse_count(v, 0, &a->pad_inter))
+                return bad_arg("argument --pad-inter: '%s' is not a non-negative integer%s", v, "");
+        } else if (!parse_count(v, 0, &a->threads)) {
+            return bad_arg("argument --threads: '%s' is not a non-negative integer%s", v, "");
+        }
+    }
+    if (!a->model) return fail_line("argument --model: missing (see --help)");
+    if (!a->input) return fail_line("argument --input: missing (see --help)");
+    if (!a->out) return fail_line("argument --out: missing (see --help)");
+    return -1;
+}
+
+/* x [T, D] bf16 from the input file, copied out of the mapping. */
+static moe_status read_input(const char *path, int D, int *T, uint16_t **x, moe_error *err) {
+    moe_st_file f;
+    moe_status st = moe_st_open(path, &f, err);
+    if (st) return st;
+    const moe_st_tensor *t = moe_st_find(&f, "x");
+    char shape[96];
+    if (!t)
+        st = moe_fail(err, MOE_ERR_SHAPE, "missing tensor x in input file %s", path);
+    else if (t->dtype != MOE_ST_BF16)
+        st = moe_fail(err, MOE_ERR_DTYPE, "tensor x (input file %s): dtype %s, expected BF16", path,
+                      moe_st_dtype_name(t->dtype));
+    else if (t->ndim != 2 || t->shape[1] != D || t->shape[0] > INT_MAX / (D ? D : 1))
+        st = moe_fail(err, MOE_ERR_SHAPE,
+                      "tensor x (input file %s): shape %s, expected [T, %d] (hidden_size %d)", path,
+                      moe_st_shape_str(t->ndim, t->shape, shape, sizeof shape), D, D);
+    if (!st) {
+        *T = (int)t->shape[0];
+        *x = malloc(t->nbytes ? (size_t)t->nbytes : 1);
+        if (!*x) st = moe_fail(err, MOE_ERR_NOMEM, "tensor x: out of memory");
+        else memcpy(*x, t->data, (size_t)t->nbytes);
+    }
+    moe_st_close(&f);
+    return st;
+}
+
+static moe_status run(const run_args *a, moe_error *err) {
+    const moe_backend *be = moe_backend_find(a->backend);
+    if (!be) return moe_fail(err, MOE_ERR_ARG, "argument --backend: unknown backend '%s'", a->backend);
+    moe_checkpoint ck;
+    moe_status st = moe_checkpoint_open(a->model, &ck, err);
+    if (st) return st;
+    moe_config cfg;
+    moe_weights w;
+    uint16_t *x = NULL, *out_bf16 = NULL;
+    float *out = NULL, *weights = NULL, *logits = NULL, *sink_y = NULL;
+    int32_t *ids = NULL;
+    int T = 0;
+    st = moe_checkpoint_layer(&ck, a->layer, NULL, &cfg, &w, err);
+    moe_split split = {a->kind, a->n, 0, a->pad_inter};
+    if (!st) st = moe_split_validate(&cfg, &split, err);
+    if (!st) st = read_input(a->input, cfg.D, &T, &x, err);
+    if (st) goto done;
+
+    const size_t TD = (size_t)T * (size_t)cfg.D, G = (size_t)(cfg.R + cfg.S);
+    out = malloc((TD ? TD : 1) * sizeof *out);
+    ids = malloc(((size_t)T * (size_t)cfg.K + 1) * sizeof *ids);
+    weights = malloc(((size_t)T * (size_t)(cfg.K + cfg.S) + 1) * sizeof *weights);
+    if (a->stages) logits = malloc(((size_t)T * G + 1) * sizeof *logits);
+    if (a->stages && a->kind == MOE_SPLIT_NONE) sink_y = malloc((TD ? TD : 1) * sizeof *sink_y);
+    if (!out || !ids || !weights || (a->stages && !logits) ||
+        (a->stages && a->kind == MOE_SPLIT_NONE && !sink_y)) {
+        st = moe_fail(err, MOE_ERR_NOMEM, "run: out of memory for T = %d tokens", T);
+        goto done;
+    }
+    moe_options opt = moe_options_default();
+    opt.precision = a->precision;
+    opt.n_threads = a->threads;
+    opt.strict_nonfinite = a->strict;
+    moe_stages stages = {.logits = logits, .topk_ids = ids, .topk_weights = weights,
+                         .sink_y = sink_y};
+    st = moe_forward_all_ranks(be, &cfg, &w, a->kind, a->n, a->pad_inter, &opt, T, x, out,
+                               &stages, err);
+    if (st) goto done;
+    if (!(stages.filled & MOE_STAGE_TOPK) || (a->stages && !(stages.filled & MOE_STAGE_LOGITS))) {
+        st = moe_fail(err, MOE_ERR_INTERNAL, "backend %s: did not report %s", be->name,
+                      (stages.filled & MOE_STAGE_TOPK) ? "logits" : "topk_ids/topk_weights");
+        goto done;
+    }
+    const bool serving = a->precision == MOE_PRECISION_SERVING;
+    if (serving) {
+        out_bf16 = malloc((TD ? TD : 1) * sizeof *out_bf16);
+        if (!out_bf16) {
+            st = moe_fail(err, MOE_ERR_NOMEM, "run: out of memory for the output");
+            goto done;
+        }
+        for (size_t i = 0; i < TD; i++) out_bf16[i] = moe_f32_to_bf16(out[i]);
+    }
+    moe_st_entry e[5];
+    int n = 0;
+    e[n++] = (moe_st_entry){"out", serving ? MOE_ST_BF16 : MOE_ST_F32, 2, {T, cfg.D},
+                            serving ? (const void *)out_bf16 : (const void *)out};
+    e[n++] = (moe_st_entry){"topk_ids", MOE_ST_I32, 2, {T, cfg.K}, ids};
+    e[n++] = (moe_st_entry){"topk_weights", MOE_ST_F32, 2, {T, cfg.K + cfg.S}, weights};
+    if (a->stages) e[n++] = (moe_st_entry){"logits", MOE_ST_F32, 2, {T, (int64_t)G}, logits};
+    if (sink_y && (stages.filled & MOE_STAGE_SINK_Y))
+        e[n++] = (moe_st_entry){"sink_y", MOE_ST_F32, 2, {T, cfg.D}, sink_y};
+    st = moe_st_write(a->out, e, n, err);
+done:
+    free(x);
+    free(out);
+    free(out_bf16);
+    free(ids);
+    free(weights);
+    free(logits);
+    free(sink_y);
+    moe_checkpoint_close(&ck);
+    return st;
+}
+
+int cmd_run(int argc, char **argv) {
+    run_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0) return rc;
+    moe_error err = {0};
+    if (run(&a, &err)) return fail_line(err.msg[0] ? err.msg : moe_status_name(err.status));
+    return 0;
+}

@@ -1,0 +1,157 @@
+/*
+ * checkpoint_fixture.h: writes small checkpoint directories for the loader and CLI tests.
+ *
+ * Rules: a layer (moe_layer_data, random or hand-made) is written under its SPEC §3a names
+ * with prefix model.llm.layers.{L}.mlp., next to an unrelated tensor, plus a config.json in
+ * the original spelling. Options plant one fault at a time: a tensor left out, a tensor with
+ * one extra leading dimension (same bytes, so the file stays valid), a tensor with a wrong
+ * dtype of the same element size, the 3-D scale layout, a bf16 global scale.
+ * Header-only (static inline) so that each test binary takes what it uses.
+ */
+#ifndef INKLING_TEST_CHECKPOINT_FIXTURE_H
+#define INKLING_TEST_CHECKPOINT_FIXTURE_H
+
+#include "../common/layer_data.h"
+#include "../common/numeric.h"
+#include "../common/safetensors.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    int layer;
+    bool scales_3d;          /* scales as [R, rows, blocks] instead of [R*rows, blocks] */
+    bool global_scale_bf16;
+    const char *omit;        /* suffix of a tensor to leave out, or NULL */
+    const char *bad_shape;   /* suffix of a tensor written with an extra leading dimension 1 */
+    const char *bad_dtype;   /* suffix of a tensor written with another dtype of equal size */
+    const char *config_json; /* config.json text, or NULL for the default from the layer */
+} fixture_opts;
+
+/* Every tensor suffix of a layer in the routed format of cfg, in SPEC §3a order. */
+static inline int fixture_suffixes(const moe_config *cfg, const char **out) {
+    int n = 0;
+    out[n++] = "gate.weight";
+    if (cfg->has_gate_bias) out[n++] = "gate.bias";
+    if (cfg->has_global_scale) out[n++] = "gate.global_scale";
+    out[n++] = "experts.w13_weight";
+    if (cfg->routed_format == MOE_ROUTED_MXFP4) out[n++] = "experts.w13_weight_scale";
+    out[n++] = "experts.w2_weight";
+    if (cfg->routed_format == MOE_ROUTED_MXFP4) out[n++] = "experts.w2_weight_scale";
+    out[n++] = "shared_experts.shared_w13_weight";
+    out[n++] = "shared_experts.shared_w2_weight";
+    return n;
+}
+
+/* The default config.json of cfg, original spelling, with a quantization_config that excludes
+ * nothing of this layer unless its experts are bf16. text [len]. */
+static inline void fixture_config_text(const moe_config *cfg, int layer, char *text, size_t len) {
+    char excl[96] = "";
+    if (cfg->routed_format == MOE_ROUTED_BF16)
+        snprintf(excl, sizeof excl, ", \"model.llm.layers.%d.mlp.experts\"", layer);
+    snprintf(text, len,
+             "{\"hidden_size\": %d, \"intermediate_size\": %d, \"dense_intermediate_size\": %d,\n"
+             " \"n_routed_experts\": %d, \"num_experts_per_tok\": %d, \"n_shared_experts\": %d,\n"
+             " \"route_scale\": %.9g, \"use_gate_bias\": %s, \"use_global_scale\": %s,\n"
+             " \"quantization_config\": {\"quant_method\": \"quark\", \"exclude\": [\"lm_head\"%s]}}\n",
+             cfg->D, cfg->I, 3 * cfg->I, cfg->R, cfg->K, cfg->S, (double)cfg->route_scale,
+             cfg->has_gate_bias ? "true" : "false", cfg->has_global_scale ? "true" : "false", excl);
+}
+
+static inline int fixture_write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t n = strlen(text);
+    int ok = fwrite(text, 1, n, f) == n;
+    return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+/* Writes dir/config.json and dir/model.safetensors (dir is created). 0 on success. */
+static inline int fixture_write_model(const char *dir, const moe_layer_data *ld, const fixture_opts *o) {
+    const moe_config *c = &ld->cfg;
+    const int64_t D = c->D, I = c->I, R = c->R, S = c->S;
+    const bool mx = c->routed_format == MOE_ROUTED_MXFP4;
+    mkdir(dir, 0755);
+    char path[4096], text[2048];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!o->config_json) fixture_config_text(c, o->layer, text, sizeof text);
+    if (fixture_write_text(path, o->config_json ? o->config_json : text)) return -1;
+
+    static char names[16][128];
+    moe_st_entry e[16];
+    int n = 0;
+    float gs = ld->w.global_scale;
+    uint16_t gs_bf16 = moe_f32_to_bf16(gs);
+    static const uint16_t unrelated[4] = {0x3f80, 0, 0, 0x3f80};
+#define FIXTURE_ADD(suffix, dt, nd, data, ...)                                                      \
+    do {                                                                                            \
+        snprintf(names[n], sizeof names[n], "model.llm.layers.%d.mlp.%s", o->layer, suffix);         \
+        e[n] = (moe_st_entry){names[n], dt, nd, __VA_ARGS__, data};                                 \
+        n++;                                                                                        \
+    } while (0)
+    FIXTURE_ADD("gate.weight", MOE_ST_BF16, 2, ld->gate_w, {R + S, D});
+    if (c->has_gate_bias) FIXTURE_ADD("gate.bias", MOE_ST_F32, 1, ld->gate_bias, {R});
+    if (c->has_global_scale) {
+        if (o->global_scale_bf16) FIXTURE_ADD("gate.global_scale", MOE_ST_BF16, 1, &gs_bf16, {1});
+        else FIXTURE_ADD("gate.global_scale", MOE_ST_F32, 1, &gs, {1});
+    }
+    if (mx) {
+        FIXTURE_ADD("experts.w13_weight", MOE_ST_U8, 3, ld->w13_mx, {R, 2 * I, D / 2});
+        if (o->scales_3d) FIXTURE_ADD("experts.w13_weight_scale", MOE_ST_U8, 3, ld->w13_scale, {R, 2 * I, D / 32});
+        else FIXTURE_ADD("experts.w13_weight_scale", MOE_ST_U8, 2, ld->w13_scale, {R * 2 * I, D / 32});
+        FIXTURE_ADD("experts.w2_weight", MOE_ST_U8, 3, ld->w2_mx, {R, D, I / 2});
+        if (o->scales_3d) FIXTURE_ADD("experts.w2_weight_scale", MOE_ST_U8, 3, ld->w2_scale, {R, D, I / 32});
+        else FIXTURE_ADD("experts.w2_weight_scale", MOE_ST_U8, 2, ld->w2_scale, {R * D, I / 32});
+    } else {
+        FIXTURE_ADD("experts.w13_weight", MOE_ST_BF16, 3, ld->w13_bf16, {R, 2 * I, D});
+        FIXTURE_ADD("experts.w2_weight", MOE_ST_BF16, 3, ld->w2_bf16, {R, D, I});
+    }
+    FIXTURE_ADD("shared_experts.shared_w13_weight", MOE_ST_BF16, 3, ld->sink_w13, {S, 2 * I, D});
+    FIXTURE_ADD("shared_experts.shared_w2_weight", MOE_ST_BF16, 3, ld->sink_w2, {S, D, I});
+#undef FIXTURE_ADD
+    e[n++] = (moe_st_entry){"model.llm.embed_tokens.weight", MOE_ST_BF16, 2, {2, 2}, unrelated};
+
+    moe_st_entry kept[16];
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const char *suffix = strstr(e[i].name, ".mlp.") ? strstr(e[i].name, ".mlp.") + 5 : "";
+        if (o->omit && !strcmp(suffix, o->omit)) continue;
+        moe_st_entry t = e[i];
+        if (o->bad_shape && !strcmp(suffix, o->bad_shape)) {
+            memmove(t.shape + 1, t.shape, (size_t)t.ndim * sizeof t.shape[0]);
+            t.shape[0] = 1;
+            t.ndim++;
+        }
+        if (o->bad_dtype && !strcmp(suffix, o->bad_dtype))
+            t.dtype = t.dtype == MOE_ST_BF16 ? MOE_ST_F16 : t.dtype == MOE_ST_F32 ? MOE_ST_I32 : MOE_ST_I8;
+        kept[k++] = t;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    return moe_st_write(path, kept, k, NULL) ? -1 : 0;
+}
+
+/* Writes x [T, D] bf16 as the input file path. */
+static inline int fixture_write_input(const char *path, int T, int D, const uint16_t *x) {
+    moe_st_entry e = {"x", MOE_ST_BF16, 2, {T, D}, x};
+    return moe_st_write(path, &e, 1, NULL) ? -1 : 0;
+}
+
+/* A fresh directory under $TMPDIR (or /tmp): dir [len]. */
+static inline int fixture_tempdir(char *dir, size_t len, const char *tag) {
+    const char *base = getenv("TMPDIR");
+    snprintf(dir, len, "%s/inkling-%s-XXXXXX", base && base[0] ? base : "/tmp", tag);
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+/* rm -r of a directory holding only files and one level of subdirectories made by the tests. */
+static inline void fixture_remove_tree(const char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) { /* best effort: a leftover temp dir is harmless */ }
+}
+
+#endif

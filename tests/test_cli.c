@@ -1,0 +1,254 @@
+/*
+ * test_cli.c: `inkling-moe run` as a user meets it (SPEC §5), through posix_spawn.
+ *
+ * Rules checked: a good run exits 0 and writes out/topk_ids/topk_weights (and logits with
+ * --stages) with the right dtypes and shapes, matching the library called directly; every
+ * broken input (missing --model, truncated file, bad header, each missing tensor, each wrong
+ * shape, NaN scale, K > R, a split that does not divide, a wrong input width) exits non-zero
+ * with exactly one line on stderr naming the culprit, and leaves no output file (nor its
+ * temporary) behind. The tool is $INKLING_BUILD/bin/inkling-moe (INKLING_BUILD default
+ * "build"); the test is skipped only if that binary does not exist.
+ */
+#include "test_support.h"
+
+#include "../common/checkpoint.h"
+#include "checkpoint_fixture.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+extern char **environ;
+
+static char tool[1024];
+static char dir[512], input[700], out_path[700], err_path[700];
+
+static const moe_config cfg = {.D = 64, .I = 64, .R = 6, .K = 2, .S = 2, .route_scale = 8.0f,
+                               .has_gate_bias = true, .has_global_scale = true,
+                               .routed_format = MOE_ROUTED_MXFP4};
+enum { T = 5 };
+static uint16_t x[T * 64];
+
+/* Runs the tool with args (NULL-terminated); stderr goes to err_path. Returns the exit status. */
+static int run_tool(const char *const *args) {
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = tool;
+    argv[n++] = "run";
+    for (int i = 0; args[i] && n < 31; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    int rc = posix_spawn(&pid, tool, &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc) fail_msg("cannot start %s", tool);
+    int status;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status)) fail_msg("%s did not exit normally (signal %d)", tool, WTERMSIG(status));
+    return WEXITSTATUS(status);
+}
+
+/* The tool must fail: non-zero exit, one stderr line holding frag, no output file. */
+static void expect_failure(const char *model, const char *frag, const char *const *extra) {
+    const char *args[24] = {"--model", model, "--input", input, "--out", out_path};
+    int n = model ? 6 : 0;
+    if (!model) {
+        args[n++] = "--input", args[n++] = input, args[n++] = "--out", args[n++] = out_path;
+    }
+    for (int i = 0; extra && extra[i]; i++) args[n++] = extra[i];
+    args[n] = NULL;
+    unlink(out_path);
+    int rc = run_tool(args);
+    char text[4096] = "";
+    FILE *f = fopen(err_path, "rb");
+    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[len] = '\0';
+    int lines = 0;
+    for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
+    char tmp[720];
+    snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
+    if (rc == 0 || lines != 1 || text[len ? len - 1 : 0] != '\n' || !strstr(text, frag) ||
+        access(out_path, F_OK) == 0 || access(tmp, F_OK) == 0)
+        fail_msg("wanted a failure naming '%s': exit %d, %d stderr lines: %s", frag, rc, lines, text);
+}
+
+static int setup(void **state) {
+    (void)state;
+    const char *build = getenv("INKLING_BUILD");
+    snprintf(tool, sizeof tool, "%s/bin/inkling-moe", build && build[0] ? build : "build");
+    if (fixture_tempdir(dir, sizeof dir, "cli")) return -1;
+    snprintf(input, sizeof input, "%s/input.safetensors", dir);
+    snprintf(out_path, sizeof out_path, "%s/out.safetensors", dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    moe_random_input(T, cfg.D, 3, x);
+    return fixture_write_input(input, T, cfg.D, x);
+}
+
+static int teardown(void **state) {
+    (void)state;
+    fixture_remove_tree(dir);
+    return 0;
+}
+
+static void need_tool(void) {
+    if (access(tool, X_OK)) {
+        print_message("%s not built: CLI tests skipped\n", tool);
+        skip();
+    }
+}
+
+/* Writes a model directory with one planted fault; returns its path (static buffer). */
+static const char *model_with(const fixture_opts *o, uint64_t seed, int nan_scale) {
+    static char model[700];
+    static int serial;
+    snprintf(model, sizeof model, "%s/model%d", dir, serial++);
+    moe_layer_data ld;
+    moe_error err = {0};
+    assert_int_equal(moe_layer_data_random(&cfg, seed, &ld, &err), MOE_OK);
+    if (nan_scale) ld.w2_scale[(2 * 64 + 7) * 2 + 1] = 0xFF; /* expert 2, row 7, block 1 */
+    assert_int_equal(fixture_write_model(model, &ld, o), 0);
+    moe_layer_data_free(&ld);
+    return model;
+}
+
+static void test_help_and_good_run(void **state) {
+    (void)state;
+    need_tool();
+    const char *help[] = {"--help", NULL};
+    assert_int_equal(run_tool(help), 0);
+    const char *model = model_with(&(fixture_opts){.layer = 5}, 1, 0);
+    static const char *precisions[2] = {"exact", "serving"};
+    for (int p = 0; p < 2; p++) {
+        const char *args[] = {"--model", model, "--input", input, "--out", out_path, "--tp", "2",
+                              "--precision", precisions[p], "--stages", NULL};
+        unlink(out_path);
+        assert_int_equal(run_tool(args), 0);
+        moe_st_file f;
+        moe_error err = {0};
+        assert_int_equal(moe_st_open(out_path, &f, &err), MOE_OK);
+        const moe_st_tensor *o = moe_st_find(&f, "out"), *ids = moe_st_find(&f, "topk_ids");
+        const moe_st_tensor *w = moe_st_find(&f, "topk_weights"), *lg = moe_st_find(&f, "logits");
+        assert_non_null(o);
+        assert_non_null(ids);
+        assert_non_null(w);
+        assert_non_null(lg);
+        assert_int_equal(o->dtype, p ? MOE_ST_BF16 : MOE_ST_F32);
+        assert_true(o->ndim == 2 && o->shape[0] == T && o->shape[1] == cfg.D);
+        assert_true(ids->dtype == MOE_ST_I32 && ids->shape[0] == T && ids->shape[1] == cfg.K);
+        assert_true(w->dtype == MOE_ST_F32 && w->shape[1] == cfg.K + cfg.S);
+        assert_true(lg->dtype == MOE_ST_F32 && lg->shape[1] == cfg.R + cfg.S);
+        assert_null(moe_st_find(&f, "sink_y")); /* a split writes no partial sink_y */
+
+        /* The same numbers as the library called directly on the same files. */
+        moe_checkpoint ck;
+        moe_config c;
+        moe_weights wv;
+        assert_int_equal(moe_checkpoint_open(model, &ck, &err), MOE_OK);
+        assert_int_equal(moe_checkpoint_layer(&ck, 5, NULL, &c, &wv, &err), MOE_OK);
+        float want[T * 64], got[T * 64];
+        moe_options opt = moe_options_default();
+        opt.precision = p ? MOE_PRECISION_SERVING : MOE_PRECISION_EXACT;
+        assert_int_equal(moe_forward_all_ranks(&moe_backend_ref, &c, &wv, MOE_SPLIT_TP, 2, 0, &opt,
+                                               T, x, want, NULL, &err),
+                         MOE_OK);
+        for (int i = 0; i < T * 64; i++) {
+            if (p) {
+                uint16_t h;
+                memcpy(&h, (const uint8_t *)o->data + 2 * i, 2);
+                got[i] = moe_bf16_to_f32(h);
+            } else {
+                memcpy(&got[i], (const uint8_t *)o->data + 4 * i, 4);
+            }
+        }
+        assert_memory_equal(got, want, sizeof got);
+        moe_checkpoint_close(&ck);
+        moe_st_close(&f);
+    }
+}
+
+static void test_usage_errors(void **state) {
+    (void)state;
+    need_tool();
+    const char *model = model_with(&(fixture_opts){.layer = 3}, 1, 0);
+    expect_failure(NULL, "--model", NULL);
+    expect_failure(model, "--tp", (const char *const[]){"--tp", "0", NULL});
+    expect_failure(model, "--backend", (const char *const[]){"--backend", "nope", NULL});
+    expect_failure(model, "--frobnicate", (const char *const[]){"--frobnicate", NULL});
+    /* I = 64 split 3 ways does not divide; split 4 ways leaves 16, not a multiple of 32 */
+    expect_failure(model, "intermediate_size", (const char *const[]){"--tp", "3", NULL});
+    expect_failure(model, "TP 4", (const char *const[]){"--tp", "4", NULL});
+    expect_failure(model, "model.llm.layers.4.mlp.gate.weight", (const char *const[]){"--layer", "4", NULL});
+    /* an input of the wrong width */
+    char other[720];
+    snprintf(other, sizeof other, "%s/wide.safetensors", dir);
+    static uint16_t wide[2 * 96];
+    assert_int_equal(fixture_write_input(other, 2, 96, wide), 0);
+    const char *args[] = {"--model", model, "--input", other, "--out", out_path, NULL};
+    unlink(out_path);
+    assert_int_not_equal(run_tool(args), 0);
+    assert_int_not_equal(access(out_path, F_OK), 0);
+}
+
+static void test_broken_files(void **state) {
+    (void)state;
+    need_tool();
+    /* truncated checkpoint, then a header length that is absurd */
+    const char *model = model_with(&(fixture_opts){.layer = 3}, 1, 0);
+    char path[800];
+    snprintf(path, sizeof path, "%s/model.safetensors", model);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(truncate(path, sb.st_size - 100), 0);
+    expect_failure(model, "model.safetensors", NULL);
+    FILE *f = fopen(path, "r+b");
+    static const uint8_t huge[8] = {0, 0, 0, 0, 0, 1, 0, 0};
+    assert_int_equal(fwrite(huge, 1, 8, f), 8);
+    fclose(f);
+    expect_failure(model, "header length", NULL);
+    /* K > R in config.json */
+    moe_config c = cfg;
+    c.K = 9;
+    char text[2048];
+    fixture_config_text(&c, 3, text, sizeof text);
+    expect_failure(model_with(&(fixture_opts){.layer = 3, .config_json = text}, 1, 0),
+                   "num_experts_per_tok", NULL);
+    /* NaN scale byte */
+    expect_failure(model_with(&(fixture_opts){.layer = 3}, 1, 1), "experts.w2_weight_scale", NULL);
+    /* each missing tensor and each wrong shape */
+    const char *suffixes[16];
+    int n = fixture_suffixes(&cfg, suffixes);
+    const char *layer3[] = {"--layer", "3", NULL};
+    for (int i = 0; i < n; i++) {
+        char full[160];
+        snprintf(full, sizeof full, "model.llm.layers.3.mlp.%s", suffixes[i]);
+        expect_failure(model_with(&(fixture_opts){.layer = 3, .omit = suffixes[i]}, 1, 0), full, layer3);
+        expect_failure(model_with(&(fixture_opts){.layer = 3, .bad_shape = suffixes[i]}, 1, 0), full, NULL);
+    }
+    /* an existing output file is left as it was when a run fails */
+    FILE *keep = fopen(out_path, "wb");
+    fputs("previous", keep);
+    fclose(keep);
+    const char *args[] = {"--model", model, "--input", input, "--out", out_path, NULL};
+    assert_int_not_equal(run_tool(args), 0);
+    char back[16] = "";
+    keep = fopen(out_path, "rb");
+    assert_int_equal(fread(back, 1, sizeof back, keep), 8);
+    fclose(keep);
+    assert_memory_equal(back, "previous", 8);
+    unlink(out_path);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help_and_good_run),
+        cmocka_unit_test(test_usage_errors),
+        cmocka_unit_test(test_broken_files),
+    };
+    return cmocka_run_group_tests_name("cli", tests, setup, teardown);
+}
