@@ -17,6 +17,7 @@
 #include "../common/checkpoint.h"
 #include "../common/numeric.h"
 #include "../common/safetensors.h"
+#include "../harness/compare.h"
 
 #include <cJSON.h>
 #include <dirent.h>
@@ -268,32 +269,41 @@ static uint16_t *read_input(const char *name, int D, int T, verdict *v) {
     return x;
 }
 
+/* Loads case `name`: its case.json, the layer through the loader, and the input. On failure
+ * prints why, counts a failure and returns false (ck is then closed). */
+static bool load_case(const char *name, golden_case *gc, moe_checkpoint *ck, moe_config *cfg,
+                      moe_weights *w, uint16_t **x, verdict *v, int *failures) {
+    char why[700], model[600];
+    moe_error err = {0};
+    *x = NULL;
+    if (!read_case(name, gc, why, sizeof why)) {
+        print_error("golden %s: %s\n", name, why);
+        (*failures)++;
+        return false;
+    }
+    snprintf(model, sizeof model, CASES_DIR "/%s/model", name);
+    if (moe_checkpoint_open(model, ck, &err) || moe_checkpoint_layer(ck, gc->layer, NULL, cfg, w, &err)) {
+        print_error("golden %s: load: %s\n", name, err.msg);
+        moe_checkpoint_close(ck);
+        (*failures)++;
+        return false;
+    }
+    *x = read_input(name, cfg->D, gc->T, v);
+    return true;
+}
+
 static void run_case(const char *name, int *failures) {
     golden_case gc;
     verdict v = {0};
-    char why[700], model[600];
-    if (!read_case(name, &gc, why, sizeof why)) {
-        print_error("golden %s: %s\n", name, why);
-        (*failures)++;
-        return;
-    }
-    snprintf(model, sizeof model, CASES_DIR "/%s/model", name);
     moe_checkpoint ck;
-    moe_error err = {0};
     moe_config cfg;
     moe_weights w;
-    if (moe_checkpoint_open(model, &ck, &err) ||
-        moe_checkpoint_layer(&ck, gc.layer, NULL, &cfg, &w, &err)) {
-        print_error("golden %s: load: %s\n", name, err.msg);
-        moe_checkpoint_close(&ck);
-        (*failures)++;
-        return;
-    }
+    uint16_t *x;
+    if (!load_case(name, &gc, &ck, &cfg, &w, &x, &v, failures)) return;
     int layers[8], n_layers;
     moe_checkpoint_moe_layers(&ck, layers, 8, &n_layers);
     if (n_layers == 1 && layers[0] != gc.layer)
         note(&v, "  layer discovery found %d, case.json says %d\n", layers[0], gc.layer);
-    uint16_t *x = read_input(name, cfg.D, gc.T, &v);
     long d_exact = 0, d_serving = 0;
     if (x) {
         d_exact = compare_contract(&gc, &cfg, &w, x, false, &v);
@@ -309,6 +319,59 @@ static void run_case(const char *name, int *failures) {
     }
     free(x);
     moe_checkpoint_close(&ck);
+}
+
+/* A fast path (serving contract) on every golden case with the case's split, judged against
+ * the reference by the harness's envelope comparison (docs/tolerances.md): accumulation order
+ * only. The reference itself matches the golden files (test_every_golden_case), so this ties
+ * the fast path to the independent NumPy implementation. Skipped where the path cannot run. */
+static void fast_path_on_every_case(const char *backend_name) {
+    const moe_backend *be = moe_backend_find(backend_name);
+    char why[256] = "";
+    assert_non_null(be);
+    if (!be->available(why, sizeof why)) {
+        print_message("%s path unavailable here (%s): golden cases skipped\n", backend_name, why);
+        skip();
+    }
+    if (!is_dir(CASES_DIR)) skip();
+    static char names[512][256];
+    int n = list_cases(names, 512), failures = 0;
+    if (n <= 0) fail_msg(CASES_DIR " exists but holds no case directory");
+    for (int i = 0; i < n; i++) {
+        golden_case gc;
+        verdict v = {0};
+        moe_checkpoint ck;
+        moe_config cfg;
+        moe_weights w;
+        uint16_t *x;
+        if (!load_case(names[i], &gc, &ck, &cfg, &w, &x, &v, &failures)) continue;
+        moe_options opt = moe_options_default();
+        moe_cmp_case cc = {&cfg, &w, gc.T, x};
+        moe_cmp_report rep;
+        moe_error err = {0};
+        if (!x || moe_check_against_ref(be, &opt, &cc, gc.kind, gc.n, gc.pad, &rep, &err)) {
+            print_error("golden %s on %s: %s%s", names[i], backend_name, err.msg, v.report);
+            failures++;
+        } else if (!rep.ok) {
+            print_error("golden %s on %s:\n", names[i], backend_name);
+            moe_cmp_report_print(stderr, &rep);
+            failures++;
+        }
+        free(x);
+        moe_checkpoint_close(&ck);
+    }
+    print_message("golden cases on the %s path: %d of %d failed\n", backend_name, failures, n);
+    if (failures) fail_msg("%d of %d golden cases failed on the %s path", failures, n, backend_name);
+}
+
+static void test_every_golden_case_on_blas(void **state) {
+    (void)state;
+    fast_path_on_every_case("blas");
+}
+
+static void test_every_golden_case_on_cuda(void **state) {
+    (void)state;
+    fast_path_on_every_case("cuda");
 }
 
 static void test_every_golden_case(void **state) {
@@ -328,6 +391,8 @@ static void test_every_golden_case(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_golden_case),
+        cmocka_unit_test(test_every_golden_case_on_blas),
+        cmocka_unit_test(test_every_golden_case_on_cuda),
     };
     return cmocka_run_group_tests_name("golden", tests, NULL, NULL);
 }
