@@ -1,0 +1,139 @@
+/*
+ * cmd_diff.c: `inkling-moe diff`, two paths compared stage by stage on a checkpoint layer.
+ *
+ * Rules:
+ *   - path A (--backend) runs unsplit with every stage; path B (--against) runs with the
+ *     split given (--tp N | --ep N, --pad P); both in one contract (--precision, default
+ *     serving) and are judged against that contract's envelope (harness/compare.h);
+ *   - the report names the first diverging stage, its worst element and the error against
+ *     its tolerance; exit status 0 agree, 1 diverge, 2 bad usage or input (one line on
+ *     stderr naming the file, tensor or field).
+ */
+#include "../common/checkpoint.h"
+#include "../common/safetensors.h"
+#include "commands.h"
+#include "compare.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: inkling-moe diff --model DIR [--layer L] --input FILE --backend A --against B\n"
+               "                        [--tp N | --ep N] [--pad P] [--precision exact|serving]\n");
+}
+
+/* x [T, D] bf16, copied out of the input file. */
+static moe_status read_x(const char *path, int D, int *T, uint16_t **x, moe_error *err) {
+    moe_st_file f;
+    moe_status st = moe_st_open(path, &f, err);
+    if (st) return st;
+    const moe_st_tensor *t = moe_st_find(&f, "x");
+    if (!t) st = moe_fail(err, MOE_ERR_SHAPE, "missing tensor x in input file %s", path);
+    else if (t->dtype != MOE_ST_BF16)
+        st = moe_fail(err, MOE_ERR_DTYPE, "tensor x (input file %s): expected BF16", path);
+    else if (t->ndim != 2 || t->shape[1] != D || t->shape[0] > (1 << 24))
+        st = moe_fail(err, MOE_ERR_SHAPE, "tensor x (input file %s): expected [T, %d]", path, D);
+    else {
+        *T = (int)t->shape[0];
+        *x = malloc(t->nbytes ? (size_t)t->nbytes : 1);
+        if (!*x) st = moe_fail(err, MOE_ERR_NOMEM, "tensor x: out of memory");
+        else memcpy(*x, t->data, (size_t)t->nbytes);
+    }
+    moe_st_close(&f);
+    return st;
+}
+
+int cmd_diff(int argc, char **argv) {
+    const char *model = NULL, *input = NULL, *a_name = "ref", *b_name = NULL;
+    int layer = -1, n = 1, pad = 0;
+    moe_split_kind kind = MOE_SPLIT_NONE;
+    moe_precision prec = MOE_PRECISION_SERVING;
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "inkling-moe diff: option %s needs a value\n", o);
+            return 2;
+        }
+        i++;
+        if (!strcmp(o, "--model")) model = v;
+        else if (!strcmp(o, "--input")) input = v;
+        else if (!strcmp(o, "--layer")) layer = atoi(v);
+        else if (!strcmp(o, "--backend")) a_name = v;
+        else if (!strcmp(o, "--against")) b_name = v;
+        else if (!strcmp(o, "--tp")) kind = MOE_SPLIT_TP, n = atoi(v);
+        else if (!strcmp(o, "--ep")) kind = MOE_SPLIT_EP, n = atoi(v);
+        else if (!strcmp(o, "--pad")) pad = atoi(v);
+        else if (!strcmp(o, "--precision") && (!strcmp(v, "exact") || !strcmp(v, "serving")))
+            prec = !strcmp(v, "exact") ? MOE_PRECISION_EXACT : MOE_PRECISION_SERVING;
+        else {
+            fprintf(stderr, "inkling-moe diff: unknown option or value: %s %s\n", o, v);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model || !input || !b_name) {
+        fprintf(stderr, "inkling-moe diff: --model, --input and --against are required\n");
+        usage(stderr);
+        return 2;
+    }
+    const moe_backend *a = moe_backend_find(a_name), *b = moe_backend_find(b_name);
+    if (!a || !b) {
+        fprintf(stderr, "inkling-moe diff: unknown backend '%s'\n", a ? b_name : a_name);
+        return 2;
+    }
+    moe_error err;
+    moe_error_clear(&err);
+    moe_checkpoint ck;
+    moe_config cfg;
+    moe_weights w;
+    int T = 0, loaded = -1;
+    uint16_t *x = NULL;
+    moe_status st = moe_checkpoint_open(model, &ck, &err);
+    if (st) {
+        fprintf(stderr, "inkling-moe diff: %s\n", err.msg);
+        return 2;
+    }
+    st = moe_checkpoint_layer(&ck, layer, &loaded, &cfg, &w, &err);
+    if (!st) st = read_x(input, cfg.D, &T, &x, &err);
+    if (st) {
+        fprintf(stderr, "inkling-moe diff: %s\n", err.msg);
+        moe_checkpoint_close(&ck);
+        free(x);
+        return 2;
+    }
+    moe_options opt = moe_options_default();
+    opt.precision = prec;
+    moe_run ra, rb;
+    memset(&rb, 0, sizeof rb);
+    st = moe_run_path(a, &opt, &cfg, &w, MOE_SPLIT_NONE, 1, 0, T, x, true, &ra, &err);
+    if (!st) st = moe_run_path(b, &opt, &cfg, &w, kind, n, pad, T, x, true, &rb, &err);
+    int rc = 2;
+    if (st) {
+        fprintf(stderr, "inkling-moe diff: %s\n", err.msg);
+    } else {
+        moe_cmp_case cc = {&cfg, &w, T, x};
+        moe_cmp_report rep;
+        st = moe_compare_runs(&cc, &ra, &rb, NULL, NULL, &rep, &err);
+        if (st) {
+            fprintf(stderr, "inkling-moe diff: %s\n", err.msg);
+        } else {
+            printf("layer %d, T = %d: A = %s, B = %s\n", loaded, T, ra.name, rb.name);
+            printf("stages compared:");
+            for (int s = 0; s < MOE_CMP_STAGE_COUNT; s++)
+                if (rep.stages_compared & (1u << s)) printf(" %s", moe_cmp_stage_name((moe_cmp_stage)s));
+            printf("\n");
+            moe_cmp_report_print(stdout, &rep);
+            rc = rep.ok ? 0 : 1;
+        }
+    }
+    moe_run_free(&ra);
+    moe_run_free(&rb);
+    free(x);
+    moe_checkpoint_close(&ck);
+    return rc;
+}

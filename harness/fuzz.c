@@ -1,0 +1,205 @@
+/*
+ * fuzz.c: one case over every path, and greedy shrinking (rules in fuzz.h).
+ */
+#include "fuzz.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static fuzz_path_result *add_result(fuzz_case_result *res, const char *path) {
+    if (res->n >= FUZZ_MAX_PATHS) return NULL;
+    fuzz_path_result *r = &res->r[res->n++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->path, sizeof r->path, "%s", path);
+    return r;
+}
+
+int fuzz_first_failure(const fuzz_case_result *res) {
+    for (int i = 0; i < res->n; i++)
+        if (res->r[i].outcome == FUZZ_FAIL) return i;
+    return -1;
+}
+
+/* Runs one candidate path and compares it with the baseline. */
+static moe_status candidate(const moe_backend *be, const moe_options *opt, const fuzz_case *c,
+                            const moe_cmp_case *cc, const moe_run *base, const moe_envelope *env,
+                            bool split, const char *path, fuzz_case_result *res, moe_error *err) {
+    fuzz_path_result *r = add_result(res, path);
+    if (!r) return MOE_OK;
+    moe_run run;
+    moe_error run_err;
+    moe_error_clear(&run_err);
+    moe_status st = moe_run_path(be, opt, cc->cfg, cc->w, split ? c->split : MOE_SPLIT_NONE,
+                                 split ? c->n : 1, split ? c->pad : 0, cc->T, cc->x, true, &run,
+                                 &run_err);
+    if (st == MOE_ERR_UNAVAILABLE || st == MOE_ERR_UNSUPPORTED) {
+        r->outcome = FUZZ_SKIP;
+        snprintf(r->skip_reason, sizeof r->skip_reason, "%.159s", run_err.msg);
+        moe_run_free(&run);
+        return MOE_OK;
+    }
+    if (st) {
+        /* a path that errors on a valid case fails the case */
+        r->outcome = FUZZ_FAIL;
+        r->rep.ok = false;
+        r->rep.first_stage = MOE_CMP_OUTPUT;
+        snprintf(r->rep.path, sizeof r->rep.path, "%s", run.name);
+        snprintf(r->rep.msg, sizeof r->rep.msg, "FAIL: %s returned %s: %s", run.name,
+                 moe_status_name(st), run_err.msg);
+        moe_run_free(&run);
+        return MOE_OK;
+    }
+    st = moe_compare_runs(cc, base, &run, env, env, &r->rep, err);
+    r->outcome = r->rep.ok ? FUZZ_PASS : FUZZ_FAIL;
+    moe_run_free(&run);
+    return st;
+}
+
+moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_result *res,
+                         moe_error *err) {
+    memset(res, 0, sizeof *res);
+    moe_layer_data ld;
+    uint16_t *x = NULL;
+    moe_status st = fuzz_case_build(c, &ld, &x, err);
+    if (st) return st;
+    moe_cmp_case cc = {&c->cfg, &ld.w, c->T, x};
+    const bool split = c->split != MOE_SPLIT_NONE;
+    for (int p = 0; p < 2 && !st; p++) {
+        moe_options opt = moe_options_default();
+        opt.precision = p == 0 ? MOE_PRECISION_EXACT : MOE_PRECISION_SERVING;
+        const char *prec = p == 0 ? "exact" : "serving";
+        moe_run base;
+        moe_envelope *env = NULL;
+        st = moe_run_path(&moe_backend_ref, &opt, cc.cfg, cc.w, MOE_SPLIT_NONE, 1, 0, c->T, x, true, &base, err);
+        if (!st) st = moe_envelope_build(&cc, opt.precision, c->split, c->n, &env, err);
+        char path[48];
+        if (!st && tg->ref_paths) {
+            snprintf(path, sizeof path, "ref/%s", prec);
+            fuzz_path_result *r = add_result(res, path);
+            if (r) {
+                st = moe_compare_runs(&cc, &base, NULL, env, NULL, &r->rep, err);
+                r->outcome = r->rep.ok ? FUZZ_PASS : FUZZ_FAIL;
+            }
+            if (!st && split) {
+                snprintf(path, sizeof path, "ref/%s/split", prec);
+                st = candidate(&moe_backend_ref, &opt, c, &cc, &base, env, true, path, res, err);
+            }
+        }
+        moe_options cand_opt = opt;
+        cand_opt.n_threads = tg->n_threads;
+        for (int i = 0; i < tg->n_candidates && !st; i++) {
+            const moe_backend *be = tg->candidates[i];
+            snprintf(path, sizeof path, "%s/%s", be->name, prec);
+            st = candidate(be, &cand_opt, c, &cc, &base, env, false, path, res, err);
+            if (!st && split) {
+                snprintf(path, sizeof path, "%s/%s/split", be->name, prec);
+                st = candidate(be, &cand_opt, c, &cc, &base, env, true, path, res, err);
+            }
+        }
+        moe_envelope_free(env);
+        moe_run_free(&base);
+    }
+    moe_layer_data_free(&ld);
+    free(x);
+    return st;
+}
+
+/* ---------------------------------------------------------------- shrinking */
+
+static bool still_fails(const fuzz_case *c, const char *path, const fuzz_targets *tg) {
+    if (fuzz_case_validate(c, NULL)) return false;
+    fuzz_case_result res;
+    if (fuzz_run_case(c, tg, &res, NULL)) return false;
+    for (int i = 0; i < res.n; i++)
+        if (res.r[i].outcome == FUZZ_FAIL && !strcmp(res.r[i].path, path)) return true;
+    return false;
+}
+
+/* The candidate simplifications of c, simplest-first within each kind; returns their count. */
+static int simplifications(const fuzz_case *c, fuzz_case *out, int cap) {
+    int n = 0;
+#define TRY(stmt)                                                                                \
+    do {                                                                                         \
+        if (n < cap) {                                                                           \
+            fuzz_case s = *c;                                                                    \
+            stmt;                                                                                \
+            if (memcmp(&s, c, sizeof s)) out[n++] = s;                                           \
+        }                                                                                        \
+    } while (0)
+    TRY(s.T = c->T > 1 ? 1 : c->T);
+    TRY(s.T = c->T / 2);
+    TRY(s.T = c->T - 1 > 0 ? c->T - 1 : c->T);
+    for (int f = 0; f < FZ_FEATURE_COUNT; f++) TRY(s.features &= ~(1u << f));
+    TRY(s.pad = 0);
+    TRY((s.split = MOE_SPLIT_NONE, s.n = 1, s.pad = 0));
+    TRY(s.n = c->n > 2 ? 2 : c->n);
+    TRY(s.n = c->n - 1 >= 2 ? c->n - 1 : c->n);
+    TRY((s.cfg.R = c->cfg.R / 2 > 0 ? c->cfg.R / 2 : 1, s.cfg.K = s.cfg.K < s.cfg.R ? s.cfg.K : s.cfg.R));
+    TRY((s.cfg.R = c->cfg.R - 1 > 0 ? c->cfg.R - 1 : 1, s.cfg.K = s.cfg.K < s.cfg.R ? s.cfg.K : s.cfg.R));
+    TRY(s.cfg.K = c->cfg.K > 1 ? c->cfg.K - 1 : 1);
+    TRY(s.cfg.K = 1);
+    TRY(s.cfg.S = 0);
+    TRY(s.cfg.S = c->cfg.S > 0 ? c->cfg.S - 1 : 0);
+    TRY(s.cfg.D = c->cfg.D / 64 * 32 >= 32 ? c->cfg.D / 64 * 32 : 32);
+    TRY(s.cfg.D = c->cfg.D > 32 ? c->cfg.D - 32 : 32);
+    TRY(s.cfg.I = c->cfg.I / 64 * 32 >= 32 ? c->cfg.I / 64 * 32 : 32);
+    TRY(s.cfg.I = c->cfg.I > 32 ? c->cfg.I - 32 : 32);
+    TRY(s.cfg.has_gate_bias = false);
+    TRY(s.cfg.has_global_scale = false);
+    TRY(s.cfg.route_scale = 1.0f);
+#undef TRY
+    return n;
+}
+
+int fuzz_shrink(const fuzz_case *c, const char *path, const fuzz_targets *tg, int max_tries,
+                fuzz_case *out) {
+    *out = *c;
+    int tries = 0;
+    bool progress = true;
+    while (progress && tries < max_tries) {
+        progress = false;
+        fuzz_case cand[64];
+        int n = simplifications(out, cand, 64);
+        for (int i = 0; i < n && tries < max_tries; i++) {
+            if (fuzz_case_validate(&cand[i], NULL)) continue;
+            tries++;
+            if (still_fails(&cand[i], path, tg)) {
+                *out = cand[i];
+                progress = true;
+                break;
+            }
+        }
+    }
+    return tries;
+}
+
+/* ---------------------------------------------------------------- hunting one backend */
+
+double fuzz_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+long fuzz_hunt(const moe_backend *be, const fuzz_suite *s, uint64_t seed, long max_cases,
+               double max_seconds, fuzz_case *caught, fuzz_case_result *res) {
+    const moe_backend *cands[1] = {be};
+    fuzz_targets tg = {cands, 1, false, 1};
+    double t0 = fuzz_now();
+    long counted = 0;
+    for (long i = 0; counted < max_cases && fuzz_now() - t0 < max_seconds; i++) {
+        fuzz_case c = fuzz_suite_case(s, seed, i);
+        if (fuzz_run_case(&c, &tg, res, NULL)) continue;
+        bool ran = false;
+        for (int k = 0; k < res->n; k++) ran = ran || res->r[k].outcome != FUZZ_SKIP;
+        if (!ran) continue;
+        counted++;
+        if (fuzz_first_failure(res) >= 0) {
+            *caught = c;
+            return counted;
+        }
+    }
+    return -1;
+}

@@ -1,0 +1,66 @@
+/*
+ * fuzz.h: one differential case over every path, and shrinking a failing case.
+ *
+ * Rules:
+ *   - for each precision contract (exact, serving) the unsplit reference with all its stages
+ *     is the baseline; it is judged against the contract envelope ("ref/<precision>"), then
+ *     every candidate is run and compared with it stage by stage: the reference split as the
+ *     case says ("ref/<precision>/split"), and each candidate backend unsplit and split
+ *     ("<name>/<precision>", "<name>/<precision>/split");
+ *   - a candidate that is unavailable or does not support the case is SKIPPED, never passed;
+ *   - a failing case is shrunk greedily (fewer tokens, no features, simpler split, fewer
+ *     experts, smaller D and I, plainer scales) while it still fails on the same path class.
+ */
+#ifndef INKLING_FUZZ_H
+#define INKLING_FUZZ_H
+
+#include "compare.h"
+#include "fuzz_case.h"
+
+typedef enum { FUZZ_PASS = 0, FUZZ_FAIL, FUZZ_SKIP } fuzz_outcome;
+
+#define FUZZ_MAX_PATHS 32
+
+typedef struct {
+    char path[48];         /* path class, e.g. "blas/serving/split" */
+    fuzz_outcome outcome;
+    moe_cmp_report rep;    /* for FUZZ_FAIL */
+    char skip_reason[160]; /* for FUZZ_SKIP */
+} fuzz_path_result;
+
+typedef struct {
+    int n;
+    fuzz_path_result r[FUZZ_MAX_PATHS];
+} fuzz_case_result;
+
+typedef struct {
+    const moe_backend *const *candidates; /* backends compared with the reference */
+    int n_candidates;
+    bool ref_paths; /* judge the reference itself and its split (false: candidates only) */
+    int n_threads;  /* the candidates' moe_options.n_threads (0: the backend's default) */
+} fuzz_targets;
+
+/* Runs one case. Returns an error only when the case itself cannot be built or run (bad line,
+ * out of memory); path failures are outcomes. */
+moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_result *res,
+                         moe_error *err);
+
+/* Index of the first failing path in res, or -1. */
+int fuzz_first_failure(const fuzz_case_result *res);
+
+/* Shrinks c (which fails on path class `path`) into *out, trying at most max_tries candidate
+ * cases. Returns the number of tries used. */
+int fuzz_shrink(const fuzz_case *c, const char *path, const fuzz_targets *tg, int max_tries,
+                fuzz_case *out);
+
+/* Seconds on a monotonic clock. */
+double fuzz_now(void);
+
+/* Draws suite cases (from seed) against one backend (candidates only) until a case fails.
+ * Cases the backend declines on every path are not counted. Returns the number of cases it
+ * took, or -1 if none failed within max_cases counted cases or max_seconds; on success
+ * *caught and *res describe the catching case. */
+long fuzz_hunt(const moe_backend *be, const fuzz_suite *s, uint64_t seed, long max_cases,
+               double max_seconds, fuzz_case *caught, fuzz_case_result *res);
+
+#endif

@@ -1,0 +1,409 @@
+/*
+ * fuzz_case.c: case lines, suites and the layer + input a case stands for (rules in
+ * fuzz_case.h).
+ *
+ * Features, applied after moe_layer_data_random in this order (each from its own RNG stream,
+ * so one feature's draws never shift another's):
+ *   ties      every routed gate row (and its bias) is a copy of one of 1..3 prototype rows, so
+ *             selection scores come in a few exactly equal groups: ties at the K boundary and
+ *             inside the top K;
+ *   dup       a few gate rows (and biases) duplicated onto others;
+ *   near      a few gate rows copied with one element moved by one bf16 ulp, or (with a bias)
+ *             the bias moved by one fp32 ulp: selection scores that differ in the last bits;
+ *   neglogit  one input column set to 32 in every token and that column of about half (or
+ *             all) of the gate rows, sinks included, set to -8: logits near -256;
+ *   codes     (MXFP4) the first block of every row holds every E2M1 code twice;
+ *   e8m0      (MXFP4, after codes) about 1 in 16 scale blocks set to 0 (2^-127), 1, 2, a large byte
+ *             (2^10..2^20), or 254 over codes forced to +-0;
+ *   few       (bias) K experts get +2 bias: every finite token selects the same K experts;
+ *   allhit    token t's input leans towards experts tK..tK+K-1 (mod R): every expert is hit
+ *             once T*K >= R;
+ *   nonfinite up to a quarter of the tokens (at least one) get one NaN, +inf or -inf.
+ */
+#include "fuzz_case.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const feature_names[FZ_FEATURE_COUNT] = {
+    "ties", "dup", "near", "e8m0", "codes", "neglogit", "nonfinite", "few", "allhit"};
+
+const char *fuzz_feature_name(int i) { return i >= 0 && i < FZ_FEATURE_COUNT ? feature_names[i] : "?"; }
+
+/* ---------------------------------------------------------------- the line */
+
+char *fuzz_case_format(const fuzz_case *c, char *buf, size_t len) {
+    char split[24] = "none", feat[160] = "";
+    if (c->split == MOE_SPLIT_TP) snprintf(split, sizeof split, "tp%d", c->n);
+    if (c->split == MOE_SPLIT_EP) snprintf(split, sizeof split, "ep%d", c->n);
+    for (int i = 0; i < FZ_FEATURE_COUNT; i++)
+        if (c->features & (1u << i))
+            snprintf(feat + strlen(feat), sizeof feat - strlen(feat), "%s%s", feat[0] ? "," : "",
+                     feature_names[i]);
+    snprintf(buf, len,
+             "D=%d I=%d R=%d K=%d S=%d T=%d fmt=%s bias=%d gscale=%d rs=%.9g split=%s pad=%d "
+             "seed=%" PRIu64 " feat=%s",
+             c->cfg.D, c->cfg.I, c->cfg.R, c->cfg.K, c->cfg.S, c->T,
+             c->cfg.routed_format == MOE_ROUTED_BF16 ? "bf16" : "mxfp4", c->cfg.has_gate_bias ? 1 : 0,
+             c->cfg.has_global_scale ? 1 : 0, (double)c->cfg.route_scale, split, c->pad, c->seed,
+             feat[0] ? feat : "none");
+    return buf;
+}
+
+static bool parse_int(const char *v, int *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < -1000000000L || x > 1000000000L) return false;
+    *out = (int)x;
+    return true;
+}
+
+moe_status fuzz_case_validate(const fuzz_case *c, moe_error *err) {
+    moe_split split = {c->split, c->n, 0, c->pad};
+    moe_status st = moe_split_validate(&c->cfg, &split, err);
+    if (st) return st;
+    if (c->T < 0 || c->T > 1000000)
+        return moe_fail(err, MOE_ERR_ARG, "case: T = %d is not in [0, 1000000]", c->T);
+    return MOE_OK;
+}
+
+moe_status fuzz_case_parse(const char *line, fuzz_case *c, moe_error *err) {
+    memset(c, 0, sizeof *c);
+    c->split = MOE_SPLIT_NONE;
+    c->n = 1;
+    c->cfg.route_scale = 1.0f;
+    unsigned seen = 0;
+    const char *keys[] = {"D", "I", "R", "K", "S", "T", "fmt", "bias", "gscale", "rs", "split", "pad", "seed", "feat"};
+    const int n_keys = (int)(sizeof keys / sizeof keys[0]);
+    const char *p = line;
+    while (*p) {
+        while (isspace((unsigned char)*p)) p++;
+        if (!*p) break;
+        char word[256];
+        size_t n = 0;
+        while (p[n] && !isspace((unsigned char)p[n])) n++;
+        if (n >= sizeof word) return moe_fail(err, MOE_ERR_ARG, "case line: word too long at '%.40s'", p);
+        memcpy(word, p, n);
+        word[n] = 0;
+        p += n;
+        char *eq = strchr(word, '=');
+        if (!eq) return moe_fail(err, MOE_ERR_ARG, "case line: word '%s' is not key=value", word);
+        *eq = 0;
+        const char *k = word, *v = eq + 1;
+        int which = -1;
+        for (int i = 0; i < n_keys; i++)
+            if (!strcmp(k, keys[i])) which = i;
+        if (which < 0) return moe_fail(err, MOE_ERR_ARG, "case line: unknown key '%s'", k);
+        seen |= 1u << which;
+        bool ok = true;
+        int iv = 0;
+        switch (which) {
+        case 0: ok = parse_int(v, &c->cfg.D); break;
+        case 1: ok = parse_int(v, &c->cfg.I); break;
+        case 2: ok = parse_int(v, &c->cfg.R); break;
+        case 3: ok = parse_int(v, &c->cfg.K); break;
+        case 4: ok = parse_int(v, &c->cfg.S); break;
+        case 5: ok = parse_int(v, &c->T); break;
+        case 6:
+            ok = !strcmp(v, "mxfp4") || !strcmp(v, "bf16");
+            c->cfg.routed_format = !strcmp(v, "bf16") ? MOE_ROUTED_BF16 : MOE_ROUTED_MXFP4;
+            break;
+        case 7: ok = parse_int(v, &iv) && (iv == 0 || iv == 1); c->cfg.has_gate_bias = iv; break;
+        case 8: ok = parse_int(v, &iv) && (iv == 0 || iv == 1); c->cfg.has_global_scale = iv; break;
+        case 9: {
+            char *end;
+            c->cfg.route_scale = strtof(v, &end);
+            ok = end != v && !*end && isfinite(c->cfg.route_scale);
+            break;
+        }
+        case 10:
+            if (!strcmp(v, "none")) {
+                c->split = MOE_SPLIT_NONE;
+                c->n = 1;
+            } else if (!strncmp(v, "tp", 2) || !strncmp(v, "ep", 2)) {
+                c->split = v[0] == 't' ? MOE_SPLIT_TP : MOE_SPLIT_EP;
+                ok = parse_int(v + 2, &c->n) && c->n >= 1;
+            } else {
+                ok = false;
+            }
+            break;
+        case 11: ok = parse_int(v, &c->pad); break;
+        case 12: {
+            char *end;
+            errno = 0;
+            c->seed = (uint64_t)strtoull(v, &end, 0);
+            ok = !errno && end != v && !*end;
+            break;
+        }
+        case 13:
+            if (strcmp(v, "none")) {
+                char list[256];
+                snprintf(list, sizeof list, "%s", v);
+                for (char *save = NULL, *f = strtok_r(list, ",", &save); f; f = strtok_r(NULL, ",", &save)) {
+                    int bit = -1;
+                    for (int i = 0; i < FZ_FEATURE_COUNT; i++)
+                        if (!strcmp(f, feature_names[i])) bit = i;
+                    if (bit < 0) return moe_fail(err, MOE_ERR_ARG, "case line: unknown feature '%s'", f);
+                    c->features |= 1u << bit;
+                }
+            }
+            break;
+        default: break;
+        }
+        if (!ok) return moe_fail(err, MOE_ERR_ARG, "case line: bad value '%s' for key %s", v, k);
+    }
+    for (int i = 0; i < 6; i++) /* the sizes must be given; the rest have defaults */
+        if (!(seen & (1u << i))) return moe_fail(err, MOE_ERR_ARG, "case line: key %s missing", keys[i]);
+    if (c->split == MOE_SPLIT_NONE) c->n = 1;
+    return fuzz_case_validate(c, err);
+}
+
+/* ---------------------------------------------------------------- features */
+
+static void copy_gate_row(moe_layer_data *ld, int from, int to) {
+    size_t D = (size_t)ld->cfg.D;
+    memcpy(ld->gate_w + (size_t)to * D, ld->gate_w + (size_t)from * D, D * sizeof(uint16_t));
+    if (ld->gate_bias) ld->gate_bias[to] = ld->gate_bias[from];
+}
+
+static void feature_ties(moe_layer_data *ld, moe_rng *rng) {
+    int R = ld->cfg.R, protos = moe_rng_int(rng, 1, 3);
+    if (protos > R) protos = R;
+    for (int e = protos; e < R; e++) copy_gate_row(ld, moe_rng_int(rng, 0, protos - 1), e);
+}
+
+static void feature_dup(moe_layer_data *ld, moe_rng *rng) {
+    int R = ld->cfg.R, pairs = moe_rng_int(rng, 1, R / 2 > 1 ? R / 2 : 1);
+    for (int i = 0; i < pairs && R > 1; i++) copy_gate_row(ld, moe_rng_int(rng, 0, R - 1), moe_rng_int(rng, 0, R - 1));
+}
+
+static void feature_near(moe_layer_data *ld, moe_rng *rng) {
+    int R = ld->cfg.R, D = ld->cfg.D, pairs = moe_rng_int(rng, 1, R / 2 > 1 ? R / 2 : 1);
+    for (int i = 0; i < pairs && R > 1; i++) {
+        int a = moe_rng_int(rng, 0, R - 1), b = moe_rng_int(rng, 0, R - 1);
+        if (a == b) continue;
+        copy_gate_row(ld, a, b);
+        if (ld->gate_bias && moe_rng_int(rng, 0, 1)) {
+            ld->gate_bias[b] = nextafterf(ld->gate_bias[b], moe_rng_int(rng, 0, 1) ? INFINITY : -INFINITY);
+        } else {
+            uint16_t *wv = ld->gate_w + (size_t)b * D + moe_rng_int(rng, 0, D - 1);
+            if ((*wv & 0x7FFFu) != 0 && (*wv & 0x7F80u) != 0x7F80u) *wv ^= 1u; /* one ulp */
+        }
+    }
+}
+
+static void feature_neglogit(moe_layer_data *ld, uint16_t *x, int T, moe_rng *rng) {
+    const int D = ld->cfg.D, G = ld->cfg.R + ld->cfg.S, d0 = moe_rng_int(rng, 0, D - 1);
+    const bool all = moe_rng_int(rng, 0, 1);
+    for (int g = 0; g < G; g++)
+        if (all || moe_rng_int(rng, 0, 1)) ld->gate_w[(size_t)g * D + d0] = moe_f32_to_bf16(-8.0f);
+    for (int t = 0; t < T; t++) x[(size_t)t * D + d0] = moe_f32_to_bf16(32.0f);
+}
+
+/* One block's byte; 254 only over codes forced to +-0, so every weight stays finite. */
+static void extreme_block(uint8_t *codes16, uint8_t *scale, moe_rng *rng) {
+    int kind = moe_rng_int(rng, 0, 9);
+    if (kind < 3) *scale = 0;
+    else if (kind < 5) *scale = (uint8_t)moe_rng_int(rng, 1, 2);
+    else if (kind < 8) *scale = (uint8_t)(127 + moe_rng_int(rng, 10, 20));
+    else {
+        *scale = 254;
+        for (int i = 0; i < 16; i++) codes16[i] &= 0x88u; /* keep the signs: +-0 */
+    }
+}
+
+static void feature_e8m0_matrix(uint8_t *codes, uint8_t *scales, size_t rows, size_t cols, moe_rng *rng) {
+    size_t blocks = rows * cols / 32;
+    for (size_t b = 0; b < blocks; b++)
+        if (moe_rng_int(rng, 0, 15) == 0) extreme_block(codes + b * 16, scales + b, rng);
+}
+
+static void feature_codes_matrix(uint8_t *codes, size_t rows, size_t cols) {
+    for (size_t r = 0; r < rows; r++)
+        for (int c = 0; c < 32; c += 2) {
+            uint8_t lo = (uint8_t)((c + r) % 16), hi = (uint8_t)((c + 1 + r) % 16);
+            codes[r * cols / 2 + (size_t)c / 2] = (uint8_t)(lo | hi << 4);
+        }
+}
+
+static void feature_allhit(moe_layer_data *ld, uint16_t *x, int T, moe_rng *rng) {
+    const int D = ld->cfg.D, R = ld->cfg.R, K = ld->cfg.K;
+    const double lean = sqrt((double)D);
+    for (int t = 0; t < T; t++)
+        for (int d = 0; d < D; d++) {
+            double v = 0.5 * moe_rng_normal(rng);
+            for (int k = 0; k < K; k++)
+                v += lean * (double)moe_bf16_to_f32(ld->gate_w[(size_t)((t * K + k) % R) * D + d]);
+            x[(size_t)t * D + d] = moe_f32_to_bf16((float)v);
+        }
+}
+
+static void feature_nonfinite(uint16_t *x, int T, int D, moe_rng *rng) {
+    static const uint16_t bad[3] = {0x7FC0u, 0x7F80u, 0xFF80u}; /* NaN, +inf, -inf */
+    int rows = moe_rng_int(rng, 1, T / 4 > 1 ? T / 4 : 1);
+    for (int i = 0; i < rows; i++)
+        x[(size_t)moe_rng_int(rng, 0, T - 1) * D + moe_rng_int(rng, 0, D - 1)] = bad[moe_rng_int(rng, 0, 2)];
+}
+
+moe_status fuzz_case_build(const fuzz_case *c, moe_layer_data *ld, uint16_t **xp, moe_error *err) {
+    *xp = NULL;
+    moe_status st = fuzz_case_validate(c, err);
+    if (st) return st;
+    st = moe_layer_data_random(&c->cfg, c->seed, ld, err);
+    if (st) return st;
+    const int T = c->T, D = c->cfg.D, I = c->cfg.I, R = c->cfg.R;
+    uint16_t *x = malloc(((size_t)T * D > 0 ? (size_t)T * D : 1) * sizeof(uint16_t));
+    if (!x) {
+        moe_layer_data_free(ld);
+        return moe_fail(err, MOE_ERR_NOMEM, "case: out of memory for x [%d, %d]", T, D);
+    }
+    moe_random_input(T, D, c->seed, x);
+    unsigned f = c->features;
+    bool mx = c->cfg.routed_format == MOE_ROUTED_MXFP4;
+    moe_rng rng[FZ_FEATURE_COUNT];
+    for (int i = 0; i < FZ_FEATURE_COUNT; i++) rng[i] = moe_rng_make(c->seed, 200 + (uint64_t)i);
+    if (f & FZ_TIES) feature_ties(ld, &rng[0]);
+    if (f & FZ_DUP) feature_dup(ld, &rng[1]);
+    if (f & FZ_NEAR) feature_near(ld, &rng[2]);
+    if ((f & FZ_CODES) && mx) {
+        feature_codes_matrix(ld->w13_mx, (size_t)R * 2 * I, (size_t)D);
+        feature_codes_matrix(ld->w2_mx, (size_t)R * D, (size_t)I);
+    }
+    if ((f & FZ_E8M0) && mx) {
+        feature_e8m0_matrix(ld->w13_mx, ld->w13_scale, (size_t)R * 2 * I, (size_t)D, &rng[3]);
+        feature_e8m0_matrix(ld->w2_mx, ld->w2_scale, (size_t)R * D, (size_t)I, &rng[3]);
+    }
+    if ((f & FZ_FEW) && ld->gate_bias)
+        for (int k = 0; k < c->cfg.K; k++) ld->gate_bias[moe_rng_int(&rng[7], 0, R - 1)] += 2.0f;
+    if (f & FZ_ALLHIT) feature_allhit(ld, x, T, &rng[8]);
+    if (f & FZ_NEGLOGIT) feature_neglogit(ld, x, T, &rng[5]);
+    if ((f & FZ_NONFINITE) && T > 0) feature_nonfinite(x, T, D, &rng[6]);
+    *xp = x;
+    return MOE_OK;
+}
+
+/* ---------------------------------------------------------------- suites */
+
+static bool split_ok(const moe_config *cfg, moe_split_kind kind, int n, int pad) {
+    moe_split s = {kind, n, 0, pad};
+    return moe_split_validate(cfg, &s, NULL) == MOE_OK;
+}
+
+fuzz_case fuzz_suite_case(const fuzz_suite *s, uint64_t seed, long i) {
+    if (i < s->n_fixed) return s->fixed[i];
+    moe_rng rng = moe_rng_make(seed, 1000 + (uint64_t)i);
+    fuzz_case c;
+    memset(&c, 0, sizeof c);
+    moe_config *cfg = &c.cfg;
+    cfg->routed_format = moe_rng_uniform(&rng) < s->bf16_p ? MOE_ROUTED_BF16 : MOE_ROUTED_MXFP4;
+    /* a large batch runs on a narrow layer, so that it costs what a small case costs */
+    bool big = moe_rng_uniform(&rng) < s->big_T_p;
+    int dim_hi = big && s->big_T_dim_max > 0 ? s->big_T_dim_max : 1 << 20;
+    cfg->D = 32 * moe_rng_int(&rng, s->D_lo / 32, (s->D_hi < dim_hi ? s->D_hi : dim_hi) / 32);
+    cfg->I = 32 * moe_rng_int(&rng, s->I_lo / 32, (s->I_hi < dim_hi ? s->I_hi : dim_hi) / 32);
+    /* half the draws from small expert counts, where ties and full coverage are likely */
+    int r_hi = moe_rng_int(&rng, 0, 1) ? s->R_hi : (s->R_lo + 8 < s->R_hi ? s->R_lo + 8 : s->R_hi);
+    cfg->R = moe_rng_int(&rng, s->R_lo, r_hi);
+    cfg->K = moe_rng_int(&rng, 1, cfg->R < s->K_hi ? cfg->R : s->K_hi);
+    cfg->S = moe_rng_int(&rng, s->S_lo, s->S_hi);
+    cfg->has_gate_bias = moe_rng_int(&rng, 0, 1);
+    cfg->has_global_scale = moe_rng_int(&rng, 0, 1);
+    static const float scales[4] = {1.0f, 2.5f, 8.0f, 0.75f};
+    cfg->route_scale = scales[moe_rng_int(&rng, 0, 3)];
+    c.T = big ? moe_rng_int(&rng, s->big_T_lo, s->big_T_hi) : moe_rng_int(&rng, s->T_lo, s->T_hi);
+    c.split = MOE_SPLIT_NONE;
+    c.n = 1;
+    if (s->split_n_hi >= 2 && moe_rng_uniform(&rng) < s->split_p) {
+        moe_split_kind kind = moe_rng_int(&rng, 0, 1) ? MOE_SPLIT_TP : MOE_SPLIT_EP;
+        int n = moe_rng_int(&rng, 2, s->split_n_hi);
+        while (n > 1 && !split_ok(cfg, kind, n, 0)) n--;
+        if (n > 1) {
+            c.split = kind;
+            c.n = n;
+            if (moe_rng_uniform(&rng) < s->pad_p) c.pad = 32 * moe_rng_int(&rng, 1, 4);
+        }
+    }
+    for (int f = 0; f < FZ_FEATURE_COUNT; f++)
+        if (moe_rng_uniform(&rng) < s->feature_p) c.features |= 1u << f;
+    if (big && moe_rng_int(&rng, 0, 1)) c.features |= FZ_FEW;           /* large T, few experts hit */
+    if (!big && c.T * cfg->K >= cfg->R && moe_rng_int(&rng, 0, 3) == 0) c.features |= FZ_ALLHIT;
+    if (cfg->routed_format == MOE_ROUTED_BF16) c.features &= ~(unsigned)(FZ_E8M0 | FZ_CODES);
+    if (c.features & FZ_FEW) cfg->has_gate_bias = true;
+    if (c.T == 0) c.features &= ~(unsigned)(FZ_NONFINITE | FZ_ALLHIT);
+    c.seed = moe_rng_next(&rng);
+    return c;
+}
+
+static moe_status suite_defaults(fuzz_suite *s, const char *name) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->D_lo = s->I_lo = 32;
+    s->D_hi = s->I_hi = 128;
+    s->R_lo = 1, s->R_hi = 16, s->K_hi = 8, s->S_lo = 0, s->S_hi = 3, s->T_lo = 0, s->T_hi = 8;
+    s->big_T_lo = s->big_T_hi = 64;
+    s->big_T_dim_max = 64;
+    s->split_n_hi = 8, s->split_p = 0.5, s->pad_p = 0.2, s->feature_p = 0.2, s->bf16_p = 0.3;
+    return MOE_OK;
+}
+
+moe_status fuzz_suite_load(const char *dir, const char *name, fuzz_suite *s, moe_error *err) {
+    suite_defaults(s, name);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.txt", dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f) return moe_fail(err, MOE_ERR_IO, "suite %s: cannot open %s", name, path);
+    char line[1024];
+    int lineno = 0;
+    moe_status st = MOE_OK;
+    while (!st && fgets(line, sizeof line, f)) {
+        lineno++;
+        char *p = line;
+        while (isspace((unsigned char)*p)) p++;
+        p[strcspn(p, "\r\n")] = 0;
+        if (!*p || *p == '#') continue;
+        char key[32];
+        int used = 0;
+        if (sscanf(p, "%31s %n", key, &used) < 1) continue;
+        const char *v = p + used;
+        double a = 0, b = 0, c = 0;
+        int nv = sscanf(v, "%lf %lf %lf", &a, &b, &c);
+        struct { const char *k; int *lo, *hi; } ranges[] = {
+            {"D", &s->D_lo, &s->D_hi}, {"I", &s->I_lo, &s->I_hi}, {"R", &s->R_lo, &s->R_hi},
+            {"S", &s->S_lo, &s->S_hi}, {"T", &s->T_lo, &s->T_hi}};
+        bool done = false;
+        for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+            if (!strcmp(key, ranges[i].k)) {
+                if (nv != 2 || a > b || a < 0) st = moe_fail(err, MOE_ERR_FORMAT, "%s:%d: %s needs 'lo hi'", path, lineno, key);
+                *ranges[i].lo = (int)a;
+                *ranges[i].hi = (int)b;
+                done = true;
+            }
+        if (done) continue;
+        if (!strcmp(key, "case")) {
+            if (s->n_fixed >= FUZZ_SUITE_MAX_FIXED)
+                st = moe_fail(err, MOE_ERR_FORMAT, "%s:%d: more than %d fixed cases", path, lineno, FUZZ_SUITE_MAX_FIXED);
+            else st = fuzz_case_parse(v, &s->fixed[s->n_fixed++], err);
+        } else if (!strcmp(key, "K_max") && nv == 1) s->K_hi = (int)a;
+        else if (!strcmp(key, "split_n_max") && nv == 1) s->split_n_hi = (int)a;
+        else if (!strcmp(key, "split_p") && nv == 1) s->split_p = a;
+        else if (!strcmp(key, "pad_p") && nv == 1) s->pad_p = a;
+        else if (!strcmp(key, "feature_p") && nv == 1) s->feature_p = a;
+        else if (!strcmp(key, "bf16_p") && nv == 1) s->bf16_p = a;
+        else if (!strcmp(key, "big_T") && nv == 3) {
+            s->big_T_p = a;
+            s->big_T_lo = (int)b;
+            s->big_T_hi = (int)c;
+        } else if (!strcmp(key, "big_T_dim_max") && nv == 1) s->big_T_dim_max = (int)a;
+        else st = moe_fail(err, MOE_ERR_FORMAT, "%s:%d: unknown or malformed key '%s'", path, lineno, key);
+    }
+    fclose(f);
+    if (!st && (s->D_lo < 32 || s->I_lo < 32 || s->R_lo < 1 || s->K_hi < 1))
+        st = moe_fail(err, MOE_ERR_FORMAT, "%s: D, I >= 32, R >= 1, K_max >= 1 required", path);
+    return st;
+}

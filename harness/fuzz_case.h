@@ -1,0 +1,83 @@
+/*
+ * fuzz_case.h: one differential test case, its one-line text form, the suites that draw cases,
+ * and the layer and input a case stands for.
+ *
+ * Rules:
+ *   - a case is a configuration, a token count, a split, a seed and a set of features; it is
+ *     printed as ONE line of key=value words that, parsed back, gives the same case, so the
+ *     same weights and input bit for bit (everything is drawn from the counter RNG of numeric.h);
+ *   - the line: D= I= R= K= S= T= fmt=mxfp4|bf16 bias=0|1 gscale=0|1 rs=<route_scale>
+ *     split=none|tpN|epN pad=<pad_inter_to> seed=<u64> feat=<f1,f2,...|none>;
+ *   - features change the random layer and input in the documented ways (fuzz_case.c);
+ *   - a suite (harness/suites/NAME.txt) bounds the random draws and may list fixed cases.
+ */
+#ifndef INKLING_FUZZ_CASE_H
+#define INKLING_FUZZ_CASE_H
+
+#include "../common/layer_data.h"
+#include "../common/numeric.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    FZ_TIES = 1u << 0,      /* exact ties at the K boundary: gate rows from two prototypes */
+    FZ_DUP = 1u << 1,       /* duplicate gate rows (with equal bias) */
+    FZ_NEAR = 1u << 2,      /* near-ties: rows that differ in one bf16 ulp of one element */
+    FZ_E8M0 = 1u << 3,      /* extreme E8M0 bytes: 0, 1, 2 and large ones */
+    FZ_CODES = 1u << 4,     /* every E2M1 code in the first block of every row */
+    FZ_NEGLOGIT = 1u << 5,  /* logits far below -100 */
+    FZ_NONFINITE = 1u << 6, /* input rows holding NaN or +-inf */
+    FZ_FEW = 1u << 7,       /* a bias that sends (nearly) every token to the same few experts */
+    FZ_ALLHIT = 1u << 8,    /* inputs aimed so that every expert is hit */
+    FZ_FEATURE_COUNT = 9
+};
+
+const char *fuzz_feature_name(int bit_index);
+
+typedef struct {
+    moe_config cfg;
+    int T;
+    moe_split_kind split;
+    int n;   /* ranks (1 for none) */
+    int pad; /* pad_inter_to (0 = none) */
+    uint64_t seed;
+    unsigned features;
+} fuzz_case;
+
+/* Writes the case's line (no newline) into buf; returns buf. */
+char *fuzz_case_format(const fuzz_case *c, char *buf, size_t len);
+/* Parses a line; unknown keys, missing keys or invalid configurations fail naming the word. */
+moe_status fuzz_case_parse(const char *line, fuzz_case *c, moe_error *err);
+/* Checks the case as a whole (config, split, T). */
+moe_status fuzz_case_validate(const fuzz_case *c, moe_error *err);
+
+/* The case's layer and input: ld owned (free with moe_layer_data_free), *x malloc'ed [T, D]. */
+moe_status fuzz_case_build(const fuzz_case *c, moe_layer_data *ld, uint16_t **x, moe_error *err);
+
+/* ---------------------------------------------------------------- suites */
+
+#define FUZZ_SUITE_MAX_FIXED 32
+
+typedef struct {
+    char name[32];
+    int D_lo, D_hi, I_lo, I_hi, R_lo, R_hi, K_hi, S_lo, S_hi, T_lo, T_hi;
+    double big_T_p;   /* probability of a large-T case */
+    int big_T_lo, big_T_hi;
+    int big_T_dim_max; /* D and I of a large-T case are at most this */
+    int split_n_hi;   /* largest rank count */
+    double split_p;   /* probability of a split */
+    double pad_p;     /* probability of per-rank intermediate padding, given a split */
+    double feature_p; /* probability of each feature */
+    double bf16_p;    /* probability of bf16 routed experts */
+    int n_fixed;
+    fuzz_case fixed[FUZZ_SUITE_MAX_FIXED]; /* run first, in order */
+} fuzz_suite;
+
+/* Reads DIR/NAME.txt. */
+moe_status fuzz_suite_load(const char *dir, const char *name, fuzz_suite *s, moe_error *err);
+/* Case number i of a suite from a run seed: the fixed cases first, then random draws.
+ * Deterministic in (suite, seed, i). */
+fuzz_case fuzz_suite_case(const fuzz_suite *s, uint64_t seed, long i);
+
+#endif

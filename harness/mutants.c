@@ -1,0 +1,457 @@
+/*
+ * mutants.c: the reference with one planted bug each (rules in mutants.h).
+ *
+ * Bugs planted in a copy of the shard: gate/up swapped (last rank), the interleave read as two
+ * halves, nibbles swapped, E8M0 decoded with bias 126, scale blocks shifted by one, one E8M0
+ * block off by one, a TP slab off by one row pair (ranks >= 1), global scale or route_scale
+ * dropped. Bugs planted in the routing: ties to the higher index, the bias in the weights,
+ * padding experts selectable. Bugs planted in the token loop (a copy of the reference's, built
+ * from its exported pieces): a sink gamma on the wrong sink, the routed weight applied before
+ * W2, the routed intermediates left unrounded (serving), y rounded to bf16 before weighting, the
+ * last token of the batch dropped.
+ */
+#include "mutants.h"
+
+#include "../common/numeric.h"
+#include "../ref/ref.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MUTANT_LIST(X)                                                                          \
+    X(NONE, "none", "control: the reference, nothing planted")                                  \
+    X(TIES_HIGH, "ties_high", "ties broken toward the higher expert index")                     \
+    X(BIAS_IN_WEIGHTS, "bias_in_weights", "the gate bias leaks into the routing weights")       \
+    X(NO_GLOBAL_SCALE, "no_global_scale", "global_scale dropped")                               \
+    X(NO_ROUTE_SCALE, "no_route_scale", "route_scale dropped")                                  \
+    X(GATE_UP_SWAP, "gate_up_swap", "gate and up rows swapped (last rank)")                     \
+    X(HALVES, "halves", "w13 interleave read as two contiguous halves")                         \
+    X(NIBBLE_SWAP, "nibble_swap", "MXFP4 nibble order swapped")                                 \
+    X(E8M0_BIAS, "e8m0_bias", "E8M0 decoded with bias 126 instead of 127")                      \
+    X(SCALE_SHIFT, "scale_shift", "w13 scale blocks read one block late")                       \
+    X(ONE_SCALE_BLOCK, "one_scale_block", "one E8M0 block of one expert off by one")           \
+    X(TP_SLAB_OFF, "tp_slab_off", "ranks >= 1 read their w13 slab one row pair early")          \
+    X(PAD_SELECTABLE, "pad_selectable", "EP padding experts take part in selection")            \
+    X(SINK_GAMMA_SWAP, "sink_gamma_swap", "sink gamma applied to the next sink")                \
+    X(WEIGHT_BEFORE_W2, "weight_before_w2", "routed weight applied to h before W2")             \
+    X(NO_ROUND_INTER, "no_round_inter", "serving: routed g, u, h not rounded to bf16")          \
+    X(ROUND_Y, "round_y", "routed y rounded to bf16 before weighting")                          \
+    X(DROP_LAST_TOKEN, "drop_last_token", "the last token of the batch dropped")
+
+#define AS_ENUM(id, name, desc) M_##id,
+typedef enum { MUTANT_LIST(AS_ENUM) M_COUNT } mutant_id;
+#undef AS_ENUM
+
+typedef struct {
+    mutant_id id;
+    moe_shard sh; /* the mutated copy */
+    bool serving;
+    double *x, *row_buf, *h, *y, *acc, *sink;
+    float *logits, *tmp_logits, *tmp_bias, *weights;
+    double *tmp_a;
+    int32_t *ids;
+} mutant_state;
+
+/* ---------------------------------------------------------------- shard copy and mutations */
+
+static void *dup_bytes(const void *p, size_t n, bool *failed) {
+    if (!p) return NULL;
+    void *q = malloc(n ? n : 1);
+    if (!q) *failed = true;
+    else memcpy(q, p, n);
+    return q;
+}
+
+static bool shard_clone(const moe_shard *s, moe_shard *d) {
+    const size_t D = (size_t)s->cfg.D, R = (size_t)s->cfg.R, S = (size_t)s->cfg.S;
+    const size_t E = (size_t)s->n_local_experts, IL = (size_t)s->I_local, SIL = (size_t)s->sink_I_local;
+    bool failed = false;
+    *d = *s;
+    d->gate_w = dup_bytes(s->gate_w, (R + S) * D * 2, &failed);
+    d->gate_bias = dup_bytes(s->gate_bias, R * sizeof(float), &failed);
+    d->w13_mx = dup_bytes(s->w13_mx, E * 2 * IL * D / 2, &failed);
+    d->w13_scale = dup_bytes(s->w13_scale, E * 2 * IL * D / 32, &failed);
+    d->w2_mx = dup_bytes(s->w2_mx, E * D * IL / 2, &failed);
+    d->w2_scale = dup_bytes(s->w2_scale, E * D * IL / 32, &failed);
+    d->w13_bf16 = dup_bytes(s->w13_bf16, E * 2 * IL * D * 2, &failed);
+    d->w2_bf16 = dup_bytes(s->w2_bf16, E * D * IL * 2, &failed);
+    d->sink_w13 = dup_bytes(s->sink_w13, S * 2 * SIL * D * 2, &failed);
+    d->sink_w2 = dup_bytes(s->sink_w2, S * D * SIL * 2, &failed);
+    if (failed) moe_shard_free(d);
+    return !failed;
+}
+
+/* Rows of a w13 block of one expert: bytes per row in its storage. */
+static size_t w13_row_bytes(const moe_shard *s) {
+    return s->cfg.routed_format == MOE_ROUTED_MXFP4 ? (size_t)s->cfg.D / 2 : (size_t)s->cfg.D * 2;
+}
+
+static uint8_t *w13_expert(const moe_shard *s, int e) {
+    size_t rows = 2 * (size_t)s->I_local;
+    return s->cfg.routed_format == MOE_ROUTED_MXFP4 ? s->w13_mx + (size_t)e * rows * w13_row_bytes(s)
+                                                    : (uint8_t *)(s->w13_bf16) + (size_t)e * rows * w13_row_bytes(s);
+}
+
+static void swap_bytes(uint8_t *a, uint8_t *b, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint8_t t = a[i];
+        a[i] = b[i];
+        b[i] = t;
+    }
+}
+
+/* Swaps every gate row with its up row (and, for MXFP4, the scale rows in step). */
+static void gate_up_swap(moe_shard *s) {
+    const size_t rb = w13_row_bytes(s), sb = (size_t)s->cfg.D / 32;
+    for (int e = 0; e < s->n_local_experts; e++)
+        for (int j = 0; j < s->I_local; j++) {
+            uint8_t *m = w13_expert(s, e);
+            swap_bytes(m + (size_t)(2 * j) * rb, m + (size_t)(2 * j + 1) * rb, rb);
+            if (s->w13_scale) {
+                uint8_t *sc = s->w13_scale + (size_t)e * 2 * s->I_local * sb;
+                swap_bytes(sc + (size_t)(2 * j) * sb, sc + (size_t)(2 * j + 1) * sb, sb);
+            }
+        }
+}
+
+/* new row 2j = old row j, new row 2j+1 = old row I_local + j (the chunk(2) misreading). */
+static void permute_halves(uint8_t *m, size_t rows, size_t row_bytes) {
+    uint8_t *old = malloc(rows * row_bytes);
+    if (!old) return;
+    memcpy(old, m, rows * row_bytes);
+    for (size_t j = 0; j < rows / 2; j++) {
+        memcpy(m + 2 * j * row_bytes, old + j * row_bytes, row_bytes);
+        memcpy(m + (2 * j + 1) * row_bytes, old + (rows / 2 + j) * row_bytes, row_bytes);
+    }
+    free(old);
+}
+
+/* Row pair j takes pair j-1's rows; pair 0 becomes zero (the slab read one pair early). */
+static void shift_pairs(uint8_t *m, size_t rows, size_t row_bytes) {
+    memmove(m + 2 * row_bytes, m, (rows - 2) * row_bytes);
+    memset(m, 0, 2 * row_bytes);
+}
+
+static void mutate_shard(mutant_id id, moe_shard *s) {
+    const size_t D = (size_t)s->cfg.D, E = (size_t)s->n_local_experts, IL = (size_t)s->I_local;
+    const bool mx = s->cfg.routed_format == MOE_ROUTED_MXFP4;
+    switch (id) {
+    case M_NO_GLOBAL_SCALE: s->global_scale = 1.0f; break;
+    case M_NO_ROUTE_SCALE: s->cfg.route_scale = 1.0f; break;
+    case M_GATE_UP_SWAP:
+        if (s->split.rank == s->split.n - 1) gate_up_swap(s);
+        break;
+    case M_HALVES:
+        for (size_t e = 0; e < E; e++) {
+            permute_halves(w13_expert(s, (int)e), 2 * IL, w13_row_bytes(s));
+            if (mx) permute_halves(s->w13_scale + e * 2 * IL * (D / 32), 2 * IL, D / 32);
+        }
+        break;
+    case M_NIBBLE_SWAP:
+        for (size_t i = 0; mx && i < E * 2 * IL * D / 2; i++) s->w13_mx[i] = (uint8_t)(s->w13_mx[i] << 4 | s->w13_mx[i] >> 4);
+        break;
+    case M_E8M0_BIAS:
+        for (size_t i = 0; mx && i < E * 2 * IL * D / 32; i++)
+            if (s->w13_scale[i] < 254) s->w13_scale[i]++;
+        break;
+    case M_SCALE_SHIFT:
+        for (size_t r = 0; mx && r < E * 2 * IL; r++) {
+            uint8_t *row = s->w13_scale + r * (D / 32), first = row[0];
+            memmove(row, row + 1, D / 32 - 1);
+            row[D / 32 - 1] = first;
+        }
+        break;
+    case M_ONE_SCALE_BLOCK:
+        if (mx && E > 0 && s->w13_scale[0] < 254) s->w13_scale[0]++;
+        break;
+    case M_TP_SLAB_OFF:
+        if (s->split.rank >= 1) {
+            if (s->split.kind == MOE_SPLIT_TP)
+                for (size_t e = 0; e < E; e++) {
+                    shift_pairs(w13_expert(s, (int)e), 2 * IL, w13_row_bytes(s));
+                    if (mx) shift_pairs(s->w13_scale + e * 2 * IL * (D / 32), 2 * IL, D / 32);
+                }
+            for (int k = 0; k < s->cfg.S; k++)
+                shift_pairs((uint8_t *)(s->sink_w13 + (size_t)k * 2 * s->sink_I_local * D),
+                            2 * (size_t)s->sink_I_local, D * 2);
+        }
+        break;
+    default: break;
+    }
+}
+
+/* ---------------------------------------------------------------- routing */
+
+static double log_sigmoid(double a) { return fmin(a, 0.0) - log1p(exp(-fabs(a))); }
+
+/* The log-space weights of SPEC §1 step 3 over n given logits (as ref_route.c). */
+static void weights_of(const double *a, int n, double scale, float *w) {
+    double m = -INFINITY, sum = 0.0;
+    for (int j = 0; j < n; j++) m = fmax(m, log_sigmoid(a[j]));
+    for (int j = 0; j < n; j++) sum += exp(log_sigmoid(a[j]) - m);
+    for (int j = 0; j < n; j++) w[j] = (float)(exp(log_sigmoid(a[j]) - m) / sum * scale);
+}
+
+static void mutant_route_token(mutant_state *m, const float *logits, int32_t *ids, float *w) {
+    const moe_shard *s = &m->sh;
+    const int R = s->cfg.R, K = s->cfg.K, S = s->cfg.S;
+    const float rs = s->cfg.route_scale, gs = s->global_scale;
+    const float *bias = s->gate_bias;
+    switch (m->id) {
+    case M_TIES_HIGH: /* reversed expert order: the reference's lowest index is our highest */
+        for (int e = 0; e < R; e++) {
+            m->tmp_logits[e] = logits[R - 1 - e];
+            m->tmp_bias[e] = bias ? bias[R - 1 - e] : 0.0f;
+        }
+        for (int k = 0; k < S; k++) m->tmp_logits[R + k] = logits[R + k];
+        ref_route_token(m->tmp_logits, m->tmp_bias, R, K, S, rs, gs, ids, w);
+        for (int k = 0; k < K; k++) ids[k] = R - 1 - ids[k];
+        return;
+    case M_BIAS_IN_WEIGHTS: /* the right experts, weighed by logit + bias */
+        ref_route_token(logits, bias, R, K, S, rs, gs, ids, w);
+        for (int j = 0; j < K + S; j++)
+            m->tmp_a[j] = j < K ? (double)logits[ids[j]] + (bias ? (double)bias[ids[j]] : 0.0)
+                                : (double)logits[R + (j - K)];
+        weights_of(m->tmp_a, K + S, (double)rs * (double)gs, w);
+        return;
+    case M_PAD_SELECTABLE: {
+        int n = s->split.kind == MOE_SPLIT_EP ? s->split.n : 1;
+        int E = R + (n - R % n) % n;
+        for (int e = 0; e < E + S; e++) {
+            m->tmp_logits[e] = e < R ? logits[e] : e < E ? 0.0f : logits[R + (e - E)];
+            if (e < E) m->tmp_bias[e] = e < R && bias ? bias[e] : 0.0f;
+        }
+        ref_route_token(m->tmp_logits, m->tmp_bias, E, K, S, rs, gs, ids, w);
+        return;
+    }
+    default: ref_route_token(logits, bias, R, K, S, rs, gs, ids, w); return;
+    }
+}
+
+/* ---------------------------------------------------------------- the token loop */
+
+static void routed_matrices(const moe_shard *sh, int e, ref_matrix *w13, ref_matrix *w2) {
+    const size_t D = (size_t)sh->cfg.D, IL = (size_t)sh->I_local;
+    memset(w13, 0, sizeof *w13);
+    memset(w2, 0, sizeof *w2);
+    w13->rows = (int)(2 * IL), w13->cols = (int)D;
+    w2->rows = (int)D, w2->cols = (int)IL;
+    if (sh->cfg.routed_format == MOE_ROUTED_MXFP4) {
+        w13->mx = sh->w13_mx + (size_t)e * 2 * IL * D / 2;
+        w13->scale = sh->w13_scale + (size_t)e * 2 * IL * D / 32;
+        w2->mx = sh->w2_mx + (size_t)e * D * IL / 2;
+        w2->scale = sh->w2_scale + (size_t)e * D * IL / 32;
+    } else {
+        w13->bf16 = sh->w13_bf16 + (size_t)e * 2 * IL * D;
+        w2->bf16 = sh->w2_bf16 + (size_t)e * D * IL;
+    }
+}
+
+/* x [T, D] bf16 -> out [T, D]; the reference's loop (ref_backend.c) with the planted bugs. */
+static moe_status mutant_forward(void *p, int T, const uint16_t *x, float *out, moe_stages *st,
+                                 moe_error *err) {
+    (void)err;
+    mutant_state *m = p;
+    const moe_shard *sh = &m->sh;
+    const int D = sh->cfg.D, R = sh->cfg.R, K = sh->cfg.K, S = sh->cfg.S, G = R + S;
+    const int IL = sh->I_local, SIL = sh->sink_I_local;
+    const int T_run = m->id == M_DROP_LAST_TOKEN && T > 0 ? T - 1 : T;
+    if (T > 0) memset(out, 0, (size_t)T * D * sizeof(float));
+    if (st) {
+        if (st->logits) memset(st->logits, 0, (size_t)T * G * sizeof(float));
+        if (st->topk_ids) memset(st->topk_ids, 0, (size_t)T * K * sizeof(int32_t));
+        if (st->topk_weights) memset(st->topk_weights, 0, (size_t)T * (K + S) * sizeof(float));
+        if (st->routed_h) memset(st->routed_h, 0, (size_t)T * K * IL * sizeof(float));
+        if (st->routed_y) memset(st->routed_y, 0, (size_t)T * K * D * sizeof(float));
+        if (st->sink_h) memset(st->sink_h, 0, (size_t)T * S * SIL * sizeof(float));
+        if (st->sink_y) memset(st->sink_y, 0, (size_t)T * D * sizeof(float));
+    }
+    for (int t = 0; t < T_run; t++) {
+        bool finite = true;
+        for (int d = 0; d < D; d++) {
+            m->x[d] = (double)moe_bf16_to_f32(x[(size_t)t * D + d]);
+            finite = finite && isfinite(m->x[d]);
+        }
+        if (finite) {
+            ref_gate_logits(m->x, sh->gate_w, G, D, m->logits);
+            mutant_route_token(m, m->logits, m->ids, m->weights);
+        } else {
+            for (int g = 0; g < G; g++) m->logits[g] = NAN;
+            for (int k = 0; k < K; k++) m->ids[k] = k;
+            for (int j = 0; j < K + S; j++) m->weights[j] = NAN;
+        }
+        for (int d = 0; d < D; d++) m->acc[d] = m->sink[d] = 0.0;
+        for (int k = 0; k < K && finite; k++) {
+            int e = m->ids[k] - sh->expert_first;
+            if (e < 0 || e >= sh->n_local_experts) continue;
+            ref_matrix w13, w2;
+            routed_matrices(sh, e, &w13, &w2);
+            bool before = m->id == M_WEIGHT_BEFORE_W2;
+            bool round_inter = m->serving && m->id != M_NO_ROUND_INTER;
+            ref_expert_token(&w13, &w2, m->x, D, IL, before ? (double)m->weights[k] : 1.0,
+                             round_inter, m->h, m->y, m->row_buf);
+            for (int d = 0; d < D; d++) {
+                if (m->id == M_ROUND_Y) m->y[d] = (double)moe_round_bf16((float)m->y[d]);
+                m->acc[d] += (before ? 1.0 : (double)m->weights[k]) * m->y[d];
+            }
+            if (st && st->routed_h)
+                for (int j = 0; j < IL; j++) st->routed_h[((size_t)t * K + k) * IL + j] = (float)m->h[j];
+            if (st && st->routed_y)
+                for (int d = 0; d < D; d++) st->routed_y[((size_t)t * K + k) * D + d] = (float)m->y[d];
+        }
+        for (int s = 0; s < S && finite; s++) {
+            const size_t SD = (size_t)SIL * D;
+            ref_matrix w13 = {NULL, NULL, sh->sink_w13 + (size_t)s * 2 * SD, 2 * SIL, D};
+            ref_matrix w2 = {NULL, NULL, sh->sink_w2 + (size_t)s * SD, D, SIL};
+            int gamma_of = m->id == M_SINK_GAMMA_SWAP ? (s + 1) % S : s;
+            ref_expert_token(&w13, &w2, m->x, D, SIL, (double)m->weights[K + gamma_of], m->serving,
+                             m->h, m->y, m->row_buf);
+            for (int d = 0; d < D; d++) m->sink[d] += m->y[d];
+            if (st && st->sink_h)
+                for (int j = 0; j < SIL; j++) st->sink_h[((size_t)t * S + s) * SIL + j] = (float)m->h[j];
+        }
+        for (int d = 0; d < D; d++) {
+            float v = finite ? (float)(m->acc[d] + m->sink[d]) : NAN;
+            out[(size_t)t * D + d] = m->serving ? moe_round_bf16(v) : v;
+            if (st && st->sink_y) st->sink_y[(size_t)t * D + d] = finite ? (float)m->sink[d] : NAN;
+        }
+        if (st && st->logits) memcpy(st->logits + (size_t)t * G, m->logits, (size_t)G * sizeof(float));
+        if (st && st->topk_ids) memcpy(st->topk_ids + (size_t)t * K, m->ids, (size_t)K * sizeof(int32_t));
+        if (st && st->topk_weights)
+            memcpy(st->topk_weights + (size_t)t * (K + S), m->weights, (size_t)(K + S) * sizeof(float));
+    }
+    if (st)
+        st->filled = (st->logits ? MOE_STAGE_LOGITS : 0u) |
+                     (st->topk_ids && st->topk_weights ? MOE_STAGE_TOPK : 0u) |
+                     (st->routed_h ? MOE_STAGE_ROUTED_H : 0u) | (st->routed_y ? MOE_STAGE_ROUTED_Y : 0u) |
+                     (st->sink_h ? MOE_STAGE_SINK_H : 0u) | (st->sink_y ? MOE_STAGE_SINK_Y : 0u);
+    return MOE_OK;
+}
+
+static moe_status mutant_route(void *p, int T, const float *logits, int32_t *ids, float *weights,
+                               moe_error *err) {
+    (void)err;
+    mutant_state *m = p;
+    const int G = m->sh.cfg.R + m->sh.cfg.S, K = m->sh.cfg.K, S = m->sh.cfg.S;
+    for (int t = 0; t < T; t++)
+        mutant_route_token(m, logits + (size_t)t * G, ids + (size_t)t * K, weights + (size_t)t * (K + S));
+    return MOE_OK;
+}
+
+/* ---------------------------------------------------------------- backend plumbing */
+
+static void mutant_destroy(void *p) {
+    mutant_state *m = p;
+    if (!m) return;
+    moe_shard_free(&m->sh);
+    free(m->x);
+    free(m->row_buf);
+    free(m->h);
+    free(m->y);
+    free(m->acc);
+    free(m->sink);
+    free(m->logits);
+    free(m->tmp_logits);
+    free(m->tmp_bias);
+    free(m->weights);
+    free(m->tmp_a);
+    free(m->ids);
+    free(m);
+}
+
+static moe_status mutant_create(mutant_id id, const moe_shard *shard, const moe_options *opt,
+                                void **out, moe_error *err) {
+    mutant_state *m = calloc(1, sizeof *m);
+    if (!m) return moe_fail(err, MOE_ERR_NOMEM, "mutant: out of memory");
+    if (!shard_clone(shard, &m->sh)) {
+        free(m);
+        return moe_fail(err, MOE_ERR_NOMEM, "mutant: out of memory copying the shard");
+    }
+    m->id = id;
+    m->serving = opt->precision == MOE_PRECISION_SERVING;
+    mutate_shard(id, &m->sh);
+    const moe_config *c = &shard->cfg;
+    const size_t D = (size_t)c->D, wide = D > (size_t)shard->I_local ? D : (size_t)shard->I_local;
+    const size_t widest = wide > (size_t)shard->sink_I_local ? wide : (size_t)shard->sink_I_local;
+    /* routing over up to E_pad (< R + n) experts plus the sinks */
+    const size_t G_pad = (size_t)(c->R + shard->split.n + c->S);
+    m->x = malloc(D * sizeof(double));
+    m->row_buf = malloc(widest * sizeof(double));
+    m->h = malloc(widest * sizeof(double));
+    m->y = malloc(D * sizeof(double));
+    m->acc = malloc(D * sizeof(double));
+    m->sink = malloc(D * sizeof(double));
+    m->logits = malloc(G_pad * sizeof(float));
+    m->tmp_logits = malloc(G_pad * sizeof(float));
+    m->tmp_bias = malloc(G_pad * sizeof(float));
+    m->weights = malloc((size_t)(c->K + c->S) * sizeof(float));
+    m->tmp_a = malloc((size_t)(c->K + c->S) * sizeof(double));
+    m->ids = malloc((size_t)c->K * sizeof(int32_t));
+    if (!m->x || !m->row_buf || !m->h || !m->y || !m->acc || !m->sink || !m->logits ||
+        !m->tmp_logits || !m->tmp_bias || !m->weights || !m->tmp_a || !m->ids) {
+        mutant_destroy(m);
+        return moe_fail(err, MOE_ERR_NOMEM, "mutant: out of memory for scratch");
+    }
+    *out = m;
+    return MOE_OK;
+}
+
+static bool mutant_available(char *why, size_t len) {
+    (void)why;
+    (void)len;
+    return true;
+}
+
+/* Where the planted bug cannot change anything, the mutant declines the case. */
+static bool mutant_supports(mutant_id id, const moe_config *cfg, const moe_split *split,
+                            const moe_options *opt, char *why, size_t len) {
+    bool mx = cfg->routed_format == MOE_ROUTED_MXFP4;
+    bool ok = true;
+    switch (id) {
+    case M_NIBBLE_SWAP:
+    case M_E8M0_BIAS:
+    case M_SCALE_SHIFT:
+    case M_ONE_SCALE_BLOCK: ok = mx; break;
+    case M_TP_SLAB_OFF: ok = split->n >= 2; break;
+    case M_PAD_SELECTABLE: ok = split->kind == MOE_SPLIT_EP && cfg->R % split->n != 0; break;
+    case M_NO_ROUND_INTER: ok = opt->precision == MOE_PRECISION_SERVING; break;
+    case M_SINK_GAMMA_SWAP: ok = cfg->S >= 2; break;
+    case M_NO_GLOBAL_SCALE: ok = cfg->has_global_scale; break;
+    case M_BIAS_IN_WEIGHTS: ok = cfg->has_gate_bias; break;
+    default: break;
+    }
+    if (!ok) snprintf(why, len, "the planted bug cannot show on this case");
+    return ok;
+}
+
+#define DEFINE_MUTANT(id, name, desc)                                                           \
+    static moe_status create_##id(const moe_shard *s, const moe_options *o, void **st,          \
+                                  moe_error *e) {                                               \
+        return mutant_create(M_##id, s, o, st, e);                                              \
+    }                                                                                           \
+    static bool supports_##id(const moe_config *c, const moe_split *sp, const moe_options *o,    \
+                              char *why, size_t len) {                                          \
+        return mutant_supports(M_##id, c, sp, o, why, len);                                     \
+    }
+MUTANT_LIST(DEFINE_MUTANT)
+#undef DEFINE_MUTANT
+
+#define AS_BACKEND(id, name, desc)                                                              \
+    {"mutant:" name, desc, mutant_available, supports_##id, create_##id,                        \
+     mutant_forward, mutant_route, mutant_destroy},
+static const moe_backend mutants[M_COUNT] = {MUTANT_LIST(AS_BACKEND)};
+#undef AS_BACKEND
+
+int moe_mutant_count(void) { return M_COUNT - 1; }
+const moe_backend *moe_mutant_at(int i) { return i >= 0 && i < M_COUNT - 1 ? &mutants[1 + i] : NULL; }
+const moe_backend *moe_mutant_control(void) { return &mutants[M_NONE]; }
+
+const moe_backend *moe_mutant_find(const char *name) {
+    if (!name) return NULL;
+    if (!strncmp(name, "mutant:", 7)) name += 7;
+    for (int i = 0; i < M_COUNT; i++)
+        if (!strcmp(mutants[i].name + 7, name)) return &mutants[i];
+    return NULL;
+}

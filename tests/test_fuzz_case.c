@@ -1,0 +1,137 @@
+/*
+ * test_fuzz_case.c: case lines, suites and features (harness/fuzz_case.h).
+ *
+ * Rules checked:
+ *   - every drawn case of every suite is valid, inside the suite's bounds, and its line parses
+ *     back to the same case;
+ *   - drawing is deterministic in (suite, seed, index);
+ *   - building a case twice gives the same bytes;
+ *   - bad lines fail naming the key or word at fault;
+ *   - features do what they say: ties make equal gate rows, nonfinite puts NaN/inf in x,
+ *     codes puts all 16 codes in a row's first block, neglogit gives logits below -100.
+ */
+#include "test_support.h"
+
+#include "harness/fuzz_case.h"
+
+#include <stdlib.h>
+
+static void test_roundtrip_and_bounds(void **state) {
+    (void)state;
+    const char *names[] = {"smoke", "ci", "nightly"};
+    for (int s = 0; s < 3; s++) {
+        fuzz_suite suite;
+        moe_error err;
+        if (fuzz_suite_load("harness/suites", names[s], &suite, &err)) fail_msg("%s", err.msg);
+        for (long i = 0; i < 300; i++) {
+            fuzz_case c = fuzz_suite_case(&suite, 42, i), back, again = fuzz_suite_case(&suite, 42, i);
+            assert_memory_equal(&c, &again, sizeof c);
+            char line[512];
+            fuzz_case_format(&c, line, sizeof line);
+            if (fuzz_case_parse(line, &back, &err)) fail_msg("%s: %s", line, err.msg);
+            assert_memory_equal(&c, &back, sizeof c);
+            if (i < suite.n_fixed) continue;
+            assert_true(c.cfg.D % 32 == 0 && c.cfg.D >= suite.D_lo && c.cfg.D <= suite.D_hi);
+            assert_true(c.cfg.I % 32 == 0 && c.cfg.I >= suite.I_lo && c.cfg.I <= suite.I_hi);
+            assert_true(c.cfg.R >= suite.R_lo && c.cfg.R <= suite.R_hi);
+            assert_true(c.cfg.K >= 1 && c.cfg.K <= c.cfg.R && c.cfg.K <= suite.K_hi);
+            assert_true(c.T >= 0 && c.T <= (suite.T_hi > suite.big_T_hi ? suite.T_hi : suite.big_T_hi));
+            assert_true(c.n >= 1 && c.n <= suite.split_n_hi);
+        }
+    }
+}
+
+static void test_bad_lines(void **state) {
+    (void)state;
+    fuzz_case c;
+    moe_error err;
+    assert_int_not_equal(fuzz_case_parse("D=64 I=64 R=4 K=2 S=1", &c, &err), MOE_OK);
+    assert_msg_has(err, "key T missing");
+    assert_int_not_equal(fuzz_case_parse("D=64 I=64 R=4 K=2 S=1 T=1 colour=red", &c, &err), MOE_OK);
+    assert_msg_has(err, "colour");
+    assert_int_not_equal(fuzz_case_parse("D=64 I=64 R=4 K=2 S=1 T=1 feat=sparkle", &c, &err), MOE_OK);
+    assert_msg_has(err, "sparkle");
+    assert_int_not_equal(fuzz_case_parse("D=64 I=64 R=4 K=5 S=1 T=1", &c, &err), MOE_OK);
+    assert_msg_has(err, "num_experts_per_tok");
+    assert_int_not_equal(fuzz_case_parse("D=64 I=64 R=4 K=2 S=1 T=1 split=tp3", &c, &err), MOE_OK);
+    assert_msg_has(err, "TP 3");
+}
+
+static void build(const char *line, fuzz_case *c, moe_layer_data *ld, uint16_t **x) {
+    moe_error err;
+    if (fuzz_case_parse(line, c, &err)) fail_msg("%s", err.msg);
+    if (fuzz_case_build(c, ld, x, &err)) fail_msg("%s", err.msg);
+}
+
+static void test_build_deterministic(void **state) {
+    (void)state;
+    const char *line = "D=64 I=32 R=6 K=2 S=2 T=5 fmt=mxfp4 bias=1 gscale=1 rs=8 split=none pad=0 "
+                       "seed=77 feat=ties,near,e8m0,codes,neglogit,nonfinite";
+    fuzz_case c;
+    moe_layer_data a, b;
+    uint16_t *xa, *xb;
+    build(line, &c, &a, &xa);
+    build(line, &c, &b, &xb);
+    assert_memory_equal(xa, xb, (size_t)c.T * c.cfg.D * 2);
+    assert_memory_equal(a.gate_w, b.gate_w, (size_t)(c.cfg.R + c.cfg.S) * c.cfg.D * 2);
+    assert_memory_equal(a.w13_scale, b.w13_scale, (size_t)c.cfg.R * 2 * c.cfg.I * c.cfg.D / 32);
+    assert_memory_equal(a.w2_mx, b.w2_mx, (size_t)c.cfg.R * c.cfg.D * c.cfg.I / 2);
+    moe_layer_data_free(&a);
+    moe_layer_data_free(&b);
+    free(xa);
+    free(xb);
+}
+
+static void test_features(void **state) {
+    (void)state;
+    fuzz_case c;
+    moe_layer_data ld;
+    uint16_t *x;
+    build("D=64 I=32 R=9 K=3 S=1 T=8 fmt=mxfp4 bias=1 gscale=0 rs=1 split=none pad=0 seed=5 "
+          "feat=ties,codes,nonfinite,neglogit", &c, &ld, &x);
+    const int D = c.cfg.D;
+    /* ties: at most 3 distinct routed gate rows (the neglogit column may differ per row) */
+    int distinct = 0;
+    for (int e = 0; e < c.cfg.R; e++) {
+        bool seen = false;
+        for (int f = 0; f < e && !seen; f++) {
+            bool same = true;
+            for (int d = 0; d < D; d++)
+                if (x[d] != moe_f32_to_bf16(32.0f) && ld.gate_w[e * D + d] != ld.gate_w[f * D + d]) same = false;
+            seen = same;
+        }
+        distinct += !seen;
+    }
+    assert_true(distinct <= 3);
+    /* nonfinite: some row holds NaN or inf */
+    bool bad = false;
+    for (int i = 0; i < c.T * D; i++) bad = bad || (x[i] & 0x7F80u) == 0x7F80u;
+    assert_true(bad);
+    /* codes: row 0 of expert 0's w13, first block: all 16 codes */
+    unsigned seen_codes = 0;
+    for (int k = 0; k < 16; k++) seen_codes |= 1u << (ld.w13_mx[k] & 15) | 1u << (ld.w13_mx[k] >> 4);
+    assert_int_equal(seen_codes, 0xFFFFu);
+    /* neglogit: a column of x at 32 in every token, and some gate row holds -8 there */
+    int col = -1;
+    for (int d = 0; d < D && col < 0; d++) {
+        bool all = true;
+        for (int t = 0; t < c.T; t++) all = all && x[t * D + d] == moe_f32_to_bf16(32.0f);
+        if (all) col = d;
+    }
+    assert_true(col >= 0);
+    int rows = 0;
+    for (int g = 0; g < c.cfg.R + c.cfg.S; g++) rows += ld.gate_w[g * D + col] == moe_f32_to_bf16(-8.0f);
+    assert_true(rows >= 1);
+    moe_layer_data_free(&ld);
+    free(x);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_and_bounds),
+        cmocka_unit_test(test_bad_lines),
+        cmocka_unit_test(test_build_deterministic),
+        cmocka_unit_test(test_features),
+    };
+    return cmocka_run_group_tests_name("fuzz_case", tests, NULL, NULL);
+}
