@@ -54,15 +54,29 @@ moe_status moe_layer_data_alloc(const moe_config *cfg, moe_layer_data *ld, moe_e
     return MOE_OK;
 }
 
-static void fill_bf16_normal(uint16_t *p, size_t n, double stddev, moe_rng *rng) {
-    for (size_t i = 0; i < n; i++) p[i] = moe_f32_to_bf16((float)(moe_rng_normal(rng) * stddev));
+/* Element i draws from counters 2i and 2i+1 of (seed, stream) (Box-Muller takes two uniforms),
+ * so the fill can run on every core and still give the same bytes. */
+static void fill_bf16_normal(uint16_t *p, size_t n, double stddev, uint64_t seed, uint64_t stream) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        moe_rng r = {seed, stream, 2 * i};
+        p[i] = moe_f32_to_bf16((float)(moe_rng_normal(&r) * stddev));
+    }
 }
 
-/* Codes uniform over all 16; one scale byte per 32 columns, near 2^-(log2(sqrt(cols)) + 2). */
-static void fill_mxfp4(uint8_t *codes, uint8_t *scales, size_t rows, size_t cols, moe_rng *rng) {
-    int centre = 127 - (int)lround(0.5 * log2((double)cols)) - 2;
-    for (size_t i = 0; i < rows * cols / 2; i++) codes[i] = (uint8_t)(moe_rng_next(rng) & 0xFF);
-    for (size_t i = 0; i < rows * cols / 32; i++) scales[i] = (uint8_t)moe_rng_int(rng, centre - 1, centre + 1);
+/* Codes uniform over all 16 (byte i from counter i); one scale byte per 32 columns, near
+ * 2^-(log2(sqrt(cols)) + 2) (scale byte i from counter n_code_bytes + i). */
+static void fill_mxfp4(uint8_t *codes, uint8_t *scales, size_t rows, size_t cols, uint64_t seed,
+                       uint64_t stream) {
+    const int centre = 127 - (int)lround(0.5 * log2((double)cols)) - 2;
+    const size_t n_code_bytes = rows * cols / 2, n_scales = rows * cols / 32;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n_code_bytes; i++) codes[i] = (uint8_t)(moe_rng_hash(seed, stream, i) & 0xFF);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n_scales; i++) {
+        moe_rng r = {seed, stream, n_code_bytes + i};
+        scales[i] = (uint8_t)moe_rng_int(&r, centre - 1, centre + 1);
+    }
 }
 
 moe_status moe_layer_data_random(const moe_config *cfg, uint64_t seed, moe_layer_data *ld,
@@ -71,26 +85,23 @@ moe_status moe_layer_data_random(const moe_config *cfg, uint64_t seed, moe_layer
     if (st) return st;
     const size_t D = (size_t)cfg->D, I = (size_t)cfg->I, R = (size_t)cfg->R, S = (size_t)cfg->S;
     /* One stream per tensor, so changing one tensor's size leaves the others' draws alone. */
-    moe_rng gate = moe_rng_make(seed, 1), bias = moe_rng_make(seed, 2), scale = moe_rng_make(seed, 3);
-    moe_rng w13 = moe_rng_make(seed, 4), w2 = moe_rng_make(seed, 5);
-    moe_rng s13 = moe_rng_make(seed, 6), s2 = moe_rng_make(seed, 7);
-    fill_bf16_normal(ld->gate_w, (R + S) * D, 1.0 / sqrt((double)D), &gate);
+    moe_rng bias = moe_rng_make(seed, 2), scale = moe_rng_make(seed, 3);
+    fill_bf16_normal(ld->gate_w, (R + S) * D, 1.0 / sqrt((double)D), seed, 1);
     if (cfg->has_gate_bias)
         for (size_t e = 0; e < R; e++) ld->gate_bias[e] = (float)(0.05 * moe_rng_normal(&bias));
     ld->w.global_scale = cfg->has_global_scale ? (float)(0.5 + 1.5 * moe_rng_uniform(&scale)) : 1.0f;
     if (cfg->routed_format == MOE_ROUTED_MXFP4) {
-        fill_mxfp4(ld->w13_mx, ld->w13_scale, R * 2 * I, D, &w13);
-        fill_mxfp4(ld->w2_mx, ld->w2_scale, R * D, I, &w2);
+        fill_mxfp4(ld->w13_mx, ld->w13_scale, R * 2 * I, D, seed, 4);
+        fill_mxfp4(ld->w2_mx, ld->w2_scale, R * D, I, seed, 5);
     } else {
-        fill_bf16_normal(ld->w13_bf16, R * 2 * I * D, 1.0 / sqrt((double)D), &w13);
-        fill_bf16_normal(ld->w2_bf16, R * D * I, 1.0 / sqrt((double)I), &w2);
+        fill_bf16_normal(ld->w13_bf16, R * 2 * I * D, 1.0 / sqrt((double)D), seed, 4);
+        fill_bf16_normal(ld->w2_bf16, R * D * I, 1.0 / sqrt((double)I), seed, 5);
     }
-    fill_bf16_normal(ld->sink_w13, S * 2 * I * D, 1.0 / sqrt((double)D), &s13);
-    fill_bf16_normal(ld->sink_w2, S * D * I, 1.0 / sqrt((double)I), &s2);
+    fill_bf16_normal(ld->sink_w13, S * 2 * I * D, 1.0 / sqrt((double)D), seed, 6);
+    fill_bf16_normal(ld->sink_w2, S * D * I, 1.0 / sqrt((double)I), seed, 7);
     return MOE_OK;
 }
 
 void moe_random_input(int T, int D, uint64_t seed, uint16_t *x) {
-    moe_rng rng = moe_rng_make(seed, 100);
-    fill_bf16_normal(x, (size_t)T * (size_t)D, 1.0, &rng);
+    fill_bf16_normal(x, (size_t)T * (size_t)D, 1.0, seed, 100);
 }

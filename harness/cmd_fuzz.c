@@ -51,6 +51,8 @@ typedef struct {
     const char *report_dir, *suite_dir, *regress_dir, *case_line, *mutant, *suites;
     long max_cases;
     bool shrink, selftest;
+    const char *paths; /* candidate backends by name ("a,b"; "none"); NULL = every one */
+    bool no_ref;       /* judge only the candidates, not the reference and its split */
 } fuzz_args;
 
 static void usage(FILE *f) {
@@ -58,7 +60,8 @@ static void usage(FILE *f) {
             "usage: inkling-moe fuzz [--seconds N] [--seed S] [--suite smoke,ci,nightly]\n"
             "                        [--report-dir DIR] [--regress-dir DIR] [--suite-dir DIR]\n"
             "                        [--max-cases N] [--no-shrink] [--mutant NAME]\n"
-            "       inkling-moe fuzz --case 'LINE' [--mutant NAME]\n"
+            "                        [--paths blas,cuda|none] [--no-ref]\n"
+            "       inkling-moe fuzz --case 'LINE' [--mutant NAME] [--paths ...] [--no-ref]\n"
             "       inkling-moe fuzz --selftest [--seconds N] [--seed S] [--max-cases N]\n");
 }
 
@@ -76,11 +79,35 @@ static int mkdir_p(const char *dir) {
 
 /* ---------------------------------------------------------------- targets */
 
-/* Every backend of the registry other than the reference. */
-static int registry_candidates(const moe_backend **out, int cap) {
+/* Is name one of the comma-separated names of list? */
+static bool listed(const char *list, const char *name) {
+    size_t len = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == len && !strncmp(p, name, len)) return true;
+        p += n + (end ? 1 : 0);
+    }
+    return false;
+}
+
+/* The backends of the registry other than the reference, all or those named in paths.
+ * Returns -1 (after saying so) if paths names a backend this build does not know. */
+static int registry_candidates(const char *paths, const moe_backend **out, int cap) {
+    if (paths && strcmp(paths, "none")) {
+        char list[256];
+        snprintf(list, sizeof list, "%s", paths);
+        for (char *save = NULL, *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save))
+            if (!moe_backend_find(name) || moe_backend_find(name) == &moe_backend_ref) {
+                fprintf(stderr, "inkling-moe fuzz: --paths: '%s' is not a candidate path of this build\n", name);
+                return -1;
+            }
+    }
     int n = 0;
-    for (int i = 0; i < moe_backend_count() && n < cap; i++)
-        if (moe_backend_at(i) != &moe_backend_ref) out[n++] = moe_backend_at(i);
+    for (int i = 0; i < moe_backend_count() && n < cap; i++) {
+        const moe_backend *be = moe_backend_at(i);
+        if (be != &moe_backend_ref && (!paths || listed(paths, be->name))) out[n++] = be;
+    }
     return n;
 }
 
@@ -115,7 +142,9 @@ static int run_one(const fuzz_args *a) {
         tg.n_candidates = 1;
         tg.ref_paths = false;
     } else {
-        tg.n_candidates = registry_candidates(cands, 8);
+        tg.n_candidates = registry_candidates(a->paths, cands, 8);
+        if (tg.n_candidates < 0) return 2;
+        tg.ref_paths = !a->no_ref;
     }
     char line[512];
     printf("case: %s\n", fuzz_case_format(&c, line, sizeof line));
@@ -124,6 +153,7 @@ static int run_one(const fuzz_args *a) {
         fprintf(stderr, "inkling-moe fuzz: %s\n", err.msg);
         return 2;
     }
+    if (res.sampled[0]) printf("reference checked %s\n", res.sampled);
     print_result(&res);
     long p = 0, f = 0, s = 0;
     for (int i = 0; i < res.n; i++) {
@@ -173,7 +203,8 @@ static int run_selftest(const fuzz_args *a) {
     if (control >= 0) {
         char line[512];
         printf("  control (no bug) CAUGHT on: %s\n", fuzz_case_format(&caught, line, sizeof line));
-        print_result(&res);
+        if (res.sampled[0]) printf("reference checked %s\n", res.sampled);
+    print_result(&res);
     } else {
         printf("  %-26s never caught (as it must be)\n", moe_mutant_control()->name);
     }
@@ -357,7 +388,9 @@ static int run_fuzz(const fuzz_args *a) {
         tg.n_candidates = 1;
         tg.ref_paths = false;
     } else {
-        tg.n_candidates = registry_candidates(cands, 8);
+        tg.n_candidates = registry_candidates(a->paths, cands, 8);
+        if (tg.n_candidates < 0) return 2;
+        tg.ref_paths = !a->no_ref;
     }
     printf("fuzz seed: %" PRIu64 "   (repeat with: make fuzz FUZZ_SEED=%" PRIu64 ")\n", a->seed, a->seed);
     printf("budget %.0f s, suites:", a->seconds);
@@ -410,6 +443,7 @@ static int run_fuzz(const fuzz_args *a) {
             char line[512];
             fuzz_case_format(&c, line, sizeof line);
             printf("\nFAILURE on %s (suite %s, case %ld)\n  case: %s\n", r->path, suites[si].name, case_index, line);
+            if (res.sampled[0]) printf("  reference checked %s\n", res.sampled);
             moe_cmp_report_print(stdout, &r->rep);
             printf("  rerun: build/bin/inkling-moe fuzz --case '%s'%s%s\n", line,
                    a->mutant ? " --mutant " : "", a->mutant ? a->mutant : "");
@@ -462,7 +496,7 @@ static int run_fuzz(const fuzz_args *a) {
 
 int cmd_fuzz(int argc, char **argv) {
     fuzz_args a = {60.0, 0, false, "build/fuzz-report", "harness/suites", "fuzz/regressions",
-                   NULL, NULL, "smoke,ci", 0, true, false};
+                   NULL, NULL, "smoke,ci", 0, true, false, NULL, false};
     bool regress_given = false;
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -472,6 +506,7 @@ int cmd_fuzz(int argc, char **argv) {
             return 0;
         } else if (!strcmp(o, "--no-shrink")) a.shrink = false, takes = false;
         else if (!strcmp(o, "--selftest")) a.selftest = true, takes = false;
+        else if (!strcmp(o, "--no-ref")) a.no_ref = true, takes = false;
         else if (!v) {
             fprintf(stderr, "inkling-moe fuzz: option %s needs a value\n", o);
             usage(stderr);
@@ -484,6 +519,7 @@ int cmd_fuzz(int argc, char **argv) {
         else if (!strcmp(o, "--case")) a.case_line = v;
         else if (!strcmp(o, "--mutant")) a.mutant = v;
         else if (!strcmp(o, "--suite")) a.suites = v;
+        else if (!strcmp(o, "--paths")) a.paths = v;
         else if (!strcmp(o, "--max-cases")) a.max_cases = strtol(v, NULL, 10);
         else {
             fprintf(stderr, "inkling-moe fuzz: unknown option %s\n", o);

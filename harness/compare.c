@@ -468,6 +468,28 @@ moe_status moe_compare_runs(const moe_cmp_case *cc, const moe_run *a, const moe_
     return st;
 }
 
+/* Moves row tokens[i] of a [T, row] array to row i. Ascending tokens never overwrite a row
+ * still to be read. */
+static void keep_rows(void *base, size_t row_bytes, const int *tokens, int n) {
+    if (!base) return;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] != i)
+            memmove((char *)base + (size_t)i * row_bytes, (char *)base + (size_t)tokens[i] * row_bytes, row_bytes);
+}
+
+void moe_run_keep_tokens(moe_run *run, const int *tokens, int n) {
+    const size_t D = (size_t)run->D, I = (size_t)run->I, K = (size_t)run->K, S = (size_t)run->S;
+    keep_rows(run->out, D * sizeof(float), tokens, n);
+    keep_rows(run->logits, (size_t)(run->R + run->S) * sizeof(float), tokens, n);
+    keep_rows(run->ids, K * sizeof(int32_t), tokens, n);
+    keep_rows(run->weights, (K + S) * sizeof(float), tokens, n);
+    keep_rows(run->routed_h, K * I * sizeof(float), tokens, n);
+    keep_rows(run->routed_y, K * D * sizeof(float), tokens, n);
+    keep_rows(run->sink_h, S * I * sizeof(float), tokens, n);
+    keep_rows(run->sink_y, D * sizeof(float), tokens, n);
+    run->T = n;
+}
+
 moe_status moe_check_against_ref(const moe_backend *be, const moe_options *opt,
                                  const moe_cmp_case *cc, moe_split_kind kind, int n, int pad,
                                  moe_cmp_report *rep, moe_error *err) {

@@ -64,6 +64,10 @@ moe_status moe_run_path(const moe_backend *backend, const moe_options *opt,
                         moe_run *run, moe_error *err);
 void moe_run_free(moe_run *run);
 
+/* Keeps only tokens [n] (ascending, each < run->T) of every stage of run, in that order, and
+ * sets run->T = n: a path run on all tokens, cut down to the tokens the reference checked. */
+void moe_run_keep_tokens(moe_run *run, const int *tokens, int n);
+
 /* ---------------------------------------------------------------- the contract envelope */
 
 /* The case both runs computed: the full layer and its input. Borrowed pointers. */

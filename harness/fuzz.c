@@ -22,18 +22,29 @@ int fuzz_first_failure(const fuzz_case_result *res) {
     return -1;
 }
 
-/* Runs one candidate path and compares it with the baseline. */
+/* The tokens a case runs on: all of them (x, T), and the sampled ones the reference checks. */
+typedef struct {
+    const uint16_t *x; /* [T, D] */
+    int T;
+    const int *tokens; /* [n] ascending; the reference's x is the sampled rows */
+    int n;
+} case_tokens;
+
+/* Runs one candidate path and compares it with the baseline. The reference runs on the sampled
+ * tokens only; any other path runs on all of them and is cut down to the sample. */
 static moe_status candidate(const moe_backend *be, const moe_options *opt, const fuzz_case *c,
-                            const moe_cmp_case *cc, const moe_run *base, const moe_envelope *env,
-                            bool split, const char *path, fuzz_case_result *res, moe_error *err) {
+                            const moe_cmp_case *cc, const case_tokens *ct, const moe_run *base,
+                            const moe_envelope *env, bool split, const char *path,
+                            fuzz_case_result *res, moe_error *err) {
     fuzz_path_result *r = add_result(res, path);
     if (!r) return MOE_OK;
     moe_run run;
     moe_error run_err;
     moe_error_clear(&run_err);
+    const bool all_tokens = be != &moe_backend_ref && ct->n < ct->T;
     moe_status st = moe_run_path(be, opt, cc->cfg, cc->w, split ? c->split : MOE_SPLIT_NONE,
-                                 split ? c->n : 1, split ? c->pad : 0, cc->T, cc->x, true, &run,
-                                 &run_err);
+                                 split ? c->n : 1, split ? c->pad : 0, all_tokens ? ct->T : cc->T,
+                                 all_tokens ? ct->x : cc->x, true, &run, &run_err);
     if (st == MOE_ERR_UNAVAILABLE || st == MOE_ERR_UNSUPPORTED) {
         r->outcome = FUZZ_SKIP;
         snprintf(r->skip_reason, sizeof r->skip_reason, "%.159s", run_err.msg);
@@ -51,28 +62,68 @@ static moe_status candidate(const moe_backend *be, const moe_options *opt, const
         moe_run_free(&run);
         return MOE_OK;
     }
+    if (all_tokens) moe_run_keep_tokens(&run, ct->tokens, ct->n);
     st = moe_compare_runs(cc, base, &run, env, env, &r->rep, err);
     r->outcome = r->rep.ok ? FUZZ_PASS : FUZZ_FAIL;
     moe_run_free(&run);
     return st;
 }
 
+/* Does any candidate run this contract here? (Without the reference's own paths, a contract
+ * nobody runs needs no baseline: at real sizes that baseline costs minutes.) */
+static bool contract_wanted(const fuzz_targets *tg, const moe_config *cfg, const moe_split *split,
+                            const moe_options *opt) {
+    if (tg->ref_paths) return true;
+    char why[256];
+    for (int i = 0; i < tg->n_candidates; i++) {
+        const moe_backend *be = tg->candidates[i];
+        if (be->available(why, sizeof why) && be->supports(cfg, split, opt, why, sizeof why)) return true;
+    }
+    return false;
+}
+
+/* The sampled rows of x: xs [n, D]; also names them in res->sampled. */
+static uint16_t *sample_rows(const fuzz_case *c, const uint16_t *x, const int *tokens, int n,
+                             fuzz_case_result *res) {
+    const size_t D = (size_t)c->cfg.D;
+    uint16_t *xs = malloc(((size_t)n * D + 1) * sizeof *xs);
+    if (!xs) return NULL;
+    for (int i = 0; i < n; i++) memcpy(xs + (size_t)i * D, x + (size_t)tokens[i] * D, D * sizeof *xs);
+    int used = snprintf(res->sampled, sizeof res->sampled, "tokens");
+    for (int i = 0; i < n && used < (int)sizeof res->sampled - 12; i++)
+        used += snprintf(res->sampled + used, sizeof res->sampled - (size_t)used, " %d", tokens[i]);
+    return xs;
+}
+
 moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_result *res,
                          moe_error *err) {
     memset(res, 0, sizeof *res);
     moe_layer_data ld;
-    uint16_t *x = NULL;
+    uint16_t *x = NULL, *xs = NULL;
+    int *tokens = NULL;
     moe_status st = fuzz_case_build(c, &ld, &x, err);
     if (st) return st;
-    moe_cmp_case cc = {&c->cfg, &ld.w, c->T, x};
+    tokens = malloc(((size_t)c->T + 1) * sizeof *tokens);
+    const int n = tokens ? fuzz_case_sampled_tokens(c, tokens) : 0;
+    if (tokens && n < c->T) xs = sample_rows(c, x, tokens, n, res);
+    if (!tokens || (n < c->T && !xs)) {
+        st = moe_fail(err, MOE_ERR_NOMEM, "fuzz: out of memory for the token sample");
+        goto done;
+    }
+    const case_tokens ct = {x, c->T, tokens, n};
+    moe_cmp_case cc = {&c->cfg, &ld.w, n, xs ? xs : x};
     const bool split = c->split != MOE_SPLIT_NONE;
+    const moe_split case_split = {c->split, c->n, 0, c->pad};
     for (int p = 0; p < 2 && !st; p++) {
         moe_options opt = moe_options_default();
         opt.precision = p == 0 ? MOE_PRECISION_EXACT : MOE_PRECISION_SERVING;
         const char *prec = p == 0 ? "exact" : "serving";
+        moe_options cand_opt = opt;
+        cand_opt.n_threads = tg->n_threads;
+        if (!contract_wanted(tg, &c->cfg, &case_split, &cand_opt)) continue;
         moe_run base;
         moe_envelope *env = NULL;
-        st = moe_run_path(&moe_backend_ref, &opt, cc.cfg, cc.w, MOE_SPLIT_NONE, 1, 0, c->T, x, true, &base, err);
+        st = moe_run_path(&moe_backend_ref, &opt, cc.cfg, cc.w, MOE_SPLIT_NONE, 1, 0, cc.T, cc.x, true, &base, err);
         if (!st) st = moe_envelope_build(&cc, opt.precision, c->split, c->n, &env, err);
         char path[48];
         if (!st && tg->ref_paths) {
@@ -84,25 +135,26 @@ moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_r
             }
             if (!st && split) {
                 snprintf(path, sizeof path, "ref/%s/split", prec);
-                st = candidate(&moe_backend_ref, &opt, c, &cc, &base, env, true, path, res, err);
+                st = candidate(&moe_backend_ref, &opt, c, &cc, &ct, &base, env, true, path, res, err);
             }
         }
-        moe_options cand_opt = opt;
-        cand_opt.n_threads = tg->n_threads;
         for (int i = 0; i < tg->n_candidates && !st; i++) {
             const moe_backend *be = tg->candidates[i];
             snprintf(path, sizeof path, "%s/%s", be->name, prec);
-            st = candidate(be, &cand_opt, c, &cc, &base, env, false, path, res, err);
+            st = candidate(be, &cand_opt, c, &cc, &ct, &base, env, false, path, res, err);
             if (!st && split) {
                 snprintf(path, sizeof path, "%s/%s/split", be->name, prec);
-                st = candidate(be, &cand_opt, c, &cc, &base, env, true, path, res, err);
+                st = candidate(be, &cand_opt, c, &cc, &ct, &base, env, true, path, res, err);
             }
         }
         moe_envelope_free(env);
         moe_run_free(&base);
     }
+done:
     moe_layer_data_free(&ld);
     free(x);
+    free(xs);
+    free(tokens);
     return st;
 }
 

@@ -8,6 +8,9 @@
  *     case says ("ref/<precision>/split"), and each candidate backend unsplit and split
  *     ("<name>/<precision>", "<name>/<precision>/split");
  *   - a candidate that is unavailable or does not support the case is SKIPPED, never passed;
+ *   - with sample=N the candidates run all T tokens and are cut down to the N sampled ones;
+ *     the reference, its split and the envelope run on those N tokens only;
+ *   - without the reference's own paths, a contract that no candidate can run is not computed;
  *   - a failing case is shrunk greedily (fewer tokens, no features, simpler split, fewer
  *     experts, smaller D and I, plainer scales) while it still fails on the same path class.
  */
@@ -31,6 +34,7 @@ typedef struct {
 typedef struct {
     int n;
     fuzz_path_result r[FUZZ_MAX_PATHS];
+    char sampled[256]; /* "tokens 3 17 ..." when the case samples tokens, else "" */
 } fuzz_case_result;
 
 typedef struct {

@@ -45,13 +45,15 @@ char *fuzz_case_format(const fuzz_case *c, char *buf, size_t len) {
         if (c->features & (1u << i))
             snprintf(feat + strlen(feat), sizeof feat - strlen(feat), "%s%s", feat[0] ? "," : "",
                      feature_names[i]);
+    char sample[24] = "";
+    if (c->sample > 0) snprintf(sample, sizeof sample, " sample=%d", c->sample);
     snprintf(buf, len,
              "D=%d I=%d R=%d K=%d S=%d T=%d fmt=%s bias=%d gscale=%d rs=%.9g split=%s pad=%d "
-             "seed=%" PRIu64 " feat=%s",
+             "seed=%" PRIu64 " feat=%s%s",
              c->cfg.D, c->cfg.I, c->cfg.R, c->cfg.K, c->cfg.S, c->T,
              c->cfg.routed_format == MOE_ROUTED_BF16 ? "bf16" : "mxfp4", c->cfg.has_gate_bias ? 1 : 0,
              c->cfg.has_global_scale ? 1 : 0, (double)c->cfg.route_scale, split, c->pad, c->seed,
-             feat[0] ? feat : "none");
+             feat[0] ? feat : "none", sample);
     return buf;
 }
 
@@ -70,6 +72,8 @@ moe_status fuzz_case_validate(const fuzz_case *c, moe_error *err) {
     if (st) return st;
     if (c->T < 0 || c->T > 1000000)
         return moe_fail(err, MOE_ERR_ARG, "case: T = %d is not in [0, 1000000]", c->T);
+    if (c->sample < 0 || c->sample > c->T)
+        return moe_fail(err, MOE_ERR_ARG, "case: sample = %d is not in [0, T = %d]", c->sample, c->T);
     return MOE_OK;
 }
 
@@ -79,7 +83,7 @@ moe_status fuzz_case_parse(const char *line, fuzz_case *c, moe_error *err) {
     c->n = 1;
     c->cfg.route_scale = 1.0f;
     unsigned seen = 0;
-    const char *keys[] = {"D", "I", "R", "K", "S", "T", "fmt", "bias", "gscale", "rs", "split", "pad", "seed", "feat"};
+    const char *keys[] = {"D", "I", "R", "K", "S", "T", "fmt", "bias", "gscale", "rs", "split", "pad", "seed", "feat", "sample"};
     const int n_keys = (int)(sizeof keys / sizeof keys[0]);
     const char *p = line;
     while (*p) {
@@ -141,6 +145,7 @@ moe_status fuzz_case_parse(const char *line, fuzz_case *c, moe_error *err) {
             ok = !errno && end != v && !*end;
             break;
         }
+        case 14: ok = parse_int(v, &c->sample); break;
         case 13:
             if (strcmp(v, "none")) {
                 char list[256];
@@ -162,6 +167,27 @@ moe_status fuzz_case_parse(const char *line, fuzz_case *c, moe_error *err) {
         if (!(seen & (1u << i))) return moe_fail(err, MOE_ERR_ARG, "case line: key %s missing", keys[i]);
     if (c->split == MOE_SPLIT_NONE) c->n = 1;
     return fuzz_case_validate(c, err);
+}
+
+/* A partial Fisher-Yates shuffle on its own stream of the case seed, then sorted, so the same
+ * case always checks the same tokens. */
+int fuzz_case_sampled_tokens(const fuzz_case *c, int *tokens) {
+    const int n = c->sample > 0 && c->sample < c->T ? c->sample : c->T;
+    for (int t = 0; t < c->T; t++) tokens[t] = t;
+    if (n == c->T) return n;
+    moe_rng rng = moe_rng_make(c->seed, 0x5A5A);
+    for (int i = 0; i < n; i++) {
+        int j = moe_rng_int(&rng, i, c->T - 1), tmp = tokens[i];
+        tokens[i] = tokens[j];
+        tokens[j] = tmp;
+    }
+    for (int i = 1; i < n; i++) /* insertion sort: n is small */
+        for (int j = i; j > 0 && tokens[j - 1] > tokens[j]; j--) {
+            int tmp = tokens[j];
+            tokens[j] = tokens[j - 1];
+            tokens[j - 1] = tmp;
+        }
+    return n;
 }
 
 /* ---------------------------------------------------------------- features */

@@ -7,7 +7,10 @@
  *     printed as ONE line of key=value words that, parsed back, gives the same case, so the
  *     same weights and input bit for bit (everything is drawn from the counter RNG of numeric.h);
  *   - the line: D= I= R= K= S= T= fmt=mxfp4|bf16 bias=0|1 gscale=0|1 rs=<route_scale>
- *     split=none|tpN|epN pad=<pad_inter_to> seed=<u64> feat=<f1,f2,...|none>;
+ *     split=none|tpN|epN pad=<pad_inter_to> seed=<u64> feat=<f1,f2,...|none> [sample=N];
+ *   - sample=N (0 < N < T): the candidate paths run all T tokens, the reference and the envelope
+ *     only N of them, drawn from the seed and named in the report (tokens are independent, and
+ *     at real-model sizes the reference takes seconds per token);
  *   - features change the random layer and input in the documented ways (fuzz_case.c);
  *   - a suite (harness/suites/NAME.txt) bounds the random draws and may list fixed cases.
  */
@@ -43,6 +46,7 @@ typedef struct {
     int pad; /* pad_inter_to (0 = none) */
     uint64_t seed;
     unsigned features;
+    int sample; /* tokens the reference checks; 0 = all */
 } fuzz_case;
 
 /* Writes the case's line (no newline) into buf; returns buf. */
@@ -51,6 +55,10 @@ char *fuzz_case_format(const fuzz_case *c, char *buf, size_t len);
 moe_status fuzz_case_parse(const char *line, fuzz_case *c, moe_error *err);
 /* Checks the case as a whole (config, split, T). */
 moe_status fuzz_case_validate(const fuzz_case *c, moe_error *err);
+
+/* The tokens the reference checks: tokens [n] ascending, n = sample (or T when sampling is off).
+ * tokens must hold T entries (it is also the scratch of the draw). Returns n. */
+int fuzz_case_sampled_tokens(const fuzz_case *c, int *tokens);
 
 /* The case's layer and input: ld owned (free with moe_layer_data_free), *x malloc'ed [T, D]. */
 moe_status fuzz_case_build(const fuzz_case *c, moe_layer_data *ld, uint16_t **x, moe_error *err);
