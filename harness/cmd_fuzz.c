@@ -111,6 +111,26 @@ static int registry_candidates(const char *paths, const moe_backend **out, int c
     return n;
 }
 
+/* The paths a run compares with the reference: one mutant (alone, without the reference's own
+ * paths), or the registry's backends that --paths names. Returns non-zero after saying why. */
+static int choose_targets(const fuzz_args *a, const moe_backend **cands, int cap, fuzz_targets *tg) {
+    fuzz_targets t = {cands, 0, !a->no_ref, 1};
+    if (a->mutant) {
+        cands[0] = moe_mutant_find(a->mutant);
+        if (!cands[0]) {
+            fprintf(stderr, "inkling-moe fuzz: unknown mutant '%s'\n", a->mutant);
+            return 2;
+        }
+        t.n_candidates = 1;
+        t.ref_paths = false;
+    } else {
+        t.n_candidates = registry_candidates(a->paths, cands, cap);
+        if (t.n_candidates < 0) return 2;
+    }
+    *tg = t;
+    return 0;
+}
+
 static void print_result(const fuzz_case_result *res) {
     for (int i = 0; i < res->n; i++) {
         const fuzz_path_result *r = &res->r[i];
@@ -132,20 +152,8 @@ static int run_one(const fuzz_args *a) {
         return 2;
     }
     const moe_backend *cands[8];
-    fuzz_targets tg = {cands, 0, true, 1};
-    if (a->mutant) {
-        cands[0] = moe_mutant_find(a->mutant);
-        if (!cands[0]) {
-            fprintf(stderr, "inkling-moe fuzz: unknown mutant '%s'\n", a->mutant);
-            return 2;
-        }
-        tg.n_candidates = 1;
-        tg.ref_paths = false;
-    } else {
-        tg.n_candidates = registry_candidates(a->paths, cands, 8);
-        if (tg.n_candidates < 0) return 2;
-        tg.ref_paths = !a->no_ref;
-    }
+    fuzz_targets tg;
+    if (choose_targets(a, cands, 8, &tg)) return 2;
     char line[512];
     printf("case: %s\n", fuzz_case_format(&c, line, sizeof line));
     fuzz_case_result res;
@@ -378,20 +386,8 @@ static int run_fuzz(const fuzz_args *a) {
         return 2;
     }
     const moe_backend *cands[8];
-    fuzz_targets tg = {cands, 0, true, 1};
-    if (a->mutant) {
-        cands[0] = moe_mutant_find(a->mutant);
-        if (!cands[0]) {
-            fprintf(stderr, "inkling-moe fuzz: unknown mutant '%s'\n", a->mutant);
-            return 2;
-        }
-        tg.n_candidates = 1;
-        tg.ref_paths = false;
-    } else {
-        tg.n_candidates = registry_candidates(a->paths, cands, 8);
-        if (tg.n_candidates < 0) return 2;
-        tg.ref_paths = !a->no_ref;
-    }
+    fuzz_targets tg;
+    if (choose_targets(a, cands, 8, &tg)) return 2;
     printf("fuzz seed: %" PRIu64 "   (repeat with: make fuzz FUZZ_SEED=%" PRIu64 ")\n", a->seed, a->seed);
     printf("budget %.0f s, suites:", a->seconds);
     for (int i = 0; i < ns; i++) printf(" %s", suites[i].name);
@@ -408,7 +404,7 @@ static int run_fuzz(const fuzz_args *a) {
     memset(&tt, 0, sizeof tt);
     long index[MAX_SUITES] = {0};
     const double t0 = fuzz_now();
-    double next_progress = t0 + 5.0;
+    double next_progress = t0 + 5.0, last_case_seconds = 0.0;
     fuzz_case_result res;
     for (long k = 0;; k++) {
         double now = fuzz_now();
@@ -420,6 +416,14 @@ static int run_fuzz(const fuzz_args *a) {
          * that results are also checked under their thread pools */
         tg.n_threads = k % 64 == 63 ? 0 : 1;
         long case_index = index[si]++;
+        /* when cases are slow (real-model sizes take a minute), name each one as it starts */
+        if (last_case_seconds > 5.0 || (double)c.cfg.D * c.cfg.I * c.cfg.R > 1e8) {
+            char line[512];
+            printf("[%6.1f s] running %s case %ld: %s\n", now - t0, suites[si].name, case_index,
+                   fuzz_case_format(&c, line, sizeof line));
+            fflush(stdout);
+        }
+        const double case_start = now;
         if (fuzz_run_case(&c, &tg, &res, &err)) {
             char line[512];
             fprintf(stderr, "inkling-moe fuzz: case could not run (%s): %s\n", err.msg,
@@ -427,6 +431,7 @@ static int run_fuzz(const fuzz_args *a) {
             tt.total_failures++;
             continue;
         }
+        last_case_seconds = fuzz_now() - case_start;
         tt.cases++;
         tt.suite_cases[si]++;
         for (int i = 0; i < res.n; i++) {

@@ -232,23 +232,6 @@ static void mutant_route_token(mutant_state *m, const float *logits, int32_t *id
 
 /* ---------------------------------------------------------------- the token loop */
 
-static void routed_matrices(const moe_shard *sh, int e, ref_matrix *w13, ref_matrix *w2) {
-    const size_t D = (size_t)sh->cfg.D, IL = (size_t)sh->I_local;
-    memset(w13, 0, sizeof *w13);
-    memset(w2, 0, sizeof *w2);
-    w13->rows = (int)(2 * IL), w13->cols = (int)D;
-    w2->rows = (int)D, w2->cols = (int)IL;
-    if (sh->cfg.routed_format == MOE_ROUTED_MXFP4) {
-        w13->mx = sh->w13_mx + (size_t)e * 2 * IL * D / 2;
-        w13->scale = sh->w13_scale + (size_t)e * 2 * IL * D / 32;
-        w2->mx = sh->w2_mx + (size_t)e * D * IL / 2;
-        w2->scale = sh->w2_scale + (size_t)e * D * IL / 32;
-    } else {
-        w13->bf16 = sh->w13_bf16 + (size_t)e * 2 * IL * D;
-        w2->bf16 = sh->w2_bf16 + (size_t)e * D * IL;
-    }
-}
-
 /* x [T, D] bf16 -> out [T, D]; the reference's loop (ref_backend.c) with the planted bugs. */
 static moe_status mutant_forward(void *p, int T, const uint16_t *x, float *out, moe_stages *st,
                                  moe_error *err) {
@@ -287,7 +270,7 @@ static moe_status mutant_forward(void *p, int T, const uint16_t *x, float *out, 
             int e = m->ids[k] - sh->expert_first;
             if (e < 0 || e >= sh->n_local_experts) continue;
             ref_matrix w13, w2;
-            routed_matrices(sh, e, &w13, &w2);
+            ref_routed_matrices(sh, e, &w13, &w2);
             bool before = m->id == M_WEIGHT_BEFORE_W2;
             bool round_inter = m->serving && m->id != M_NO_ROUND_INTER;
             ref_expert_token(&w13, &w2, m->x, D, IL, before ? (double)m->weights[k] : 1.0,
@@ -302,9 +285,8 @@ static moe_status mutant_forward(void *p, int T, const uint16_t *x, float *out, 
                 for (int d = 0; d < D; d++) st->routed_y[((size_t)t * K + k) * D + d] = (float)m->y[d];
         }
         for (int s = 0; s < S && finite; s++) {
-            const size_t SD = (size_t)SIL * D;
-            ref_matrix w13 = {NULL, NULL, sh->sink_w13 + (size_t)s * 2 * SD, 2 * SIL, D};
-            ref_matrix w2 = {NULL, NULL, sh->sink_w2 + (size_t)s * SD, D, SIL};
+            ref_matrix w13, w2;
+            ref_sink_matrices(sh, s, &w13, &w2);
             int gamma_of = m->id == M_SINK_GAMMA_SWAP ? (s + 1) % S : s;
             ref_expert_token(&w13, &w2, m->x, D, SIL, (double)m->weights[K + gamma_of], m->serving,
                              m->h, m->y, m->row_buf);

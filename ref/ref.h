@@ -30,6 +30,11 @@ void ref_gate_logits(const double *x, const uint16_t *gate_w, int G, int D, floa
 void ref_route_token(const float *logits, const float *bias, int R, int K, int S,
                      float route_scale, float global_scale, int32_t *ids, float *weights);
 
+/* ref_route_token for T tokens, with a shard's bias, route_scale and global scale:
+ * logits [T, R+S] -> ids [T, K], weights [T, K+S]. Every backend's route entry may use it. */
+void ref_route_tokens(const moe_shard *sh, int T, const float *logits, int32_t *ids,
+                      float *weights);
+
 /* A weight matrix [rows, cols] in either storage, decoded one row at a time. */
 typedef struct {
     const uint8_t *mx;     /* MXFP4 codes [rows, cols/2], or NULL */
@@ -40,6 +45,12 @@ typedef struct {
 
 /* Row r of m, exactly, as double: out [cols]. */
 void ref_matrix_row(const ref_matrix *m, int r, double *out);
+
+/* Views of a shard's local routed expert e (0 <= e < n_local_experts):
+ * w13 [2*I_local, D], w2 [D, I_local], in the shard's routed format. */
+void ref_routed_matrices(const moe_shard *sh, int e, ref_matrix *w13, ref_matrix *w2);
+/* Views of a shard's sink s: w13 [2*sink_I_local, D], w2 [D, sink_I_local], bf16. */
+void ref_sink_matrices(const moe_shard *sh, int s, ref_matrix *w13, ref_matrix *w2);
 
 /* One SwiGLU expert on one token.
  * w13 [2*I_loc, D] interleaved (row 2j gate, 2j+1 up), w2 [D, I_loc], x [D].

@@ -90,32 +90,6 @@ static moe_status ref_create(const moe_shard *sh, const moe_options *opt, void *
     return MOE_OK;
 }
 
-/* The views of local routed expert e's two matrices. */
-static void routed_matrices(const moe_shard *sh, int e, ref_matrix *w13, ref_matrix *w2) {
-    const size_t D = (size_t)sh->cfg.D, IL = (size_t)sh->I_local;
-    memset(w13, 0, sizeof *w13);
-    memset(w2, 0, sizeof *w2);
-    w13->rows = (int)(2 * IL), w13->cols = (int)D;
-    w2->rows = (int)D, w2->cols = (int)IL;
-    if (sh->cfg.routed_format == MOE_ROUTED_MXFP4) {
-        w13->mx = sh->w13_mx + (size_t)e * 2 * IL * D / 2;
-        w13->scale = sh->w13_scale + (size_t)e * 2 * IL * D / 32;
-        w2->mx = sh->w2_mx + (size_t)e * D * IL / 2;
-        w2->scale = sh->w2_scale + (size_t)e * D * IL / 32;
-    } else {
-        w13->bf16 = sh->w13_bf16 + (size_t)e * 2 * IL * D;
-        w2->bf16 = sh->w2_bf16 + (size_t)e * D * IL;
-    }
-}
-
-static void sink_matrices(const moe_shard *sh, int s, ref_matrix *w13, ref_matrix *w2) {
-    const size_t D = (size_t)sh->cfg.D, SIL = (size_t)sh->sink_I_local;
-    ref_matrix a = {NULL, NULL, sh->sink_w13 + (size_t)s * 2 * SIL * D, (int)(2 * SIL), (int)D};
-    ref_matrix b = {NULL, NULL, sh->sink_w2 + (size_t)s * D * SIL, (int)D, (int)SIL};
-    *w13 = a;
-    *w2 = b;
-}
-
 static void fill_f32(float *p, size_t n, float v) {
     for (size_t i = 0; i < n; i++) p[i] = v;
 }
@@ -154,7 +128,7 @@ static moe_status ref_forward(void *p, int T, const uint16_t *x, float *out, moe
             if (st && st->routed_y) memset(st->routed_y + ((size_t)t * K + k) * D, 0, (size_t)D * sizeof(float));
             if (!local) continue;
             ref_matrix w13, w2;
-            routed_matrices(sh, e, &w13, &w2);
+            ref_routed_matrices(sh, e, &w13, &w2);
             ref_expert_token(&w13, &w2, s->x, D, IL, 1.0, s->serving, s->h, s->y, s->row_buf);
             for (int d = 0; d < D; d++) s->acc[d] += (double)s->weights[k] * s->y[d];
             if (st && st->routed_h)
@@ -169,7 +143,7 @@ static moe_status ref_forward(void *p, int T, const uint16_t *x, float *out, moe
                 continue;
             }
             ref_matrix w13, w2;
-            sink_matrices(sh, sk, &w13, &w2);
+            ref_sink_matrices(sh, sk, &w13, &w2);
             ref_expert_token(&w13, &w2, s->x, D, SIL, (double)s->weights[K + sk], s->serving, s->h,
                              s->y, s->row_buf);
             for (int d = 0; d < D; d++) s->sink[d] += s->y[d];
@@ -200,11 +174,7 @@ static moe_status ref_route(void *p, int T, const float *logits, int32_t *ids, f
                             moe_error *err) {
     (void)err;
     const ref_state *s = p;
-    const moe_config *c = &s->shard->cfg;
-    for (int t = 0; t < T; t++)
-        ref_route_token(logits + (size_t)t * (c->R + c->S), s->shard->gate_bias, c->R, c->K, c->S,
-                        c->route_scale, s->shard->global_scale, ids + (size_t)t * c->K,
-                        weights + (size_t)t * (c->K + c->S));
+    ref_route_tokens(s->shard, T, logits, ids, weights);
     return MOE_OK;
 }
 

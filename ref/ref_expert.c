@@ -15,6 +15,7 @@
 #include "../common/numeric.h"
 
 #include <math.h>
+#include <string.h>
 
 void ref_matrix_row(const ref_matrix *m, int r, double *out) {
     if (m->mx) {
@@ -27,6 +28,33 @@ void ref_matrix_row(const ref_matrix *m, int r, double *out) {
     } else {
         for (int c = 0; c < m->cols; c++) out[c] = (double)moe_bf16_to_f32(m->bf16[(size_t)r * m->cols + c]);
     }
+}
+
+void ref_routed_matrices(const moe_shard *sh, int e, ref_matrix *w13, ref_matrix *w2) {
+    const size_t D = (size_t)sh->cfg.D, IL = (size_t)sh->I_local;
+    memset(w13, 0, sizeof *w13);
+    memset(w2, 0, sizeof *w2);
+    w13->rows = (int)(2 * IL), w13->cols = (int)D;
+    w2->rows = (int)D, w2->cols = (int)IL;
+    if (sh->cfg.routed_format == MOE_ROUTED_MXFP4) {
+        w13->mx = sh->w13_mx + (size_t)e * 2 * IL * D / 2;
+        w13->scale = sh->w13_scale + (size_t)e * 2 * IL * D / 32;
+        w2->mx = sh->w2_mx + (size_t)e * D * IL / 2;
+        w2->scale = sh->w2_scale + (size_t)e * D * IL / 32;
+    } else {
+        w13->bf16 = sh->w13_bf16 + (size_t)e * 2 * IL * D;
+        w2->bf16 = sh->w2_bf16 + (size_t)e * D * IL;
+    }
+}
+
+void ref_sink_matrices(const moe_shard *sh, int s, ref_matrix *w13, ref_matrix *w2) {
+    const size_t D = (size_t)sh->cfg.D, SIL = (size_t)sh->sink_I_local;
+    memset(w13, 0, sizeof *w13);
+    memset(w2, 0, sizeof *w2);
+    w13->bf16 = sh->sink_w13 + (size_t)s * 2 * SIL * D;
+    w13->rows = (int)(2 * SIL), w13->cols = (int)D;
+    w2->bf16 = sh->sink_w2 + (size_t)s * D * SIL;
+    w2->rows = (int)D, w2->cols = (int)SIL;
 }
 
 static double dot(const double *a, const double *b, int n) {

@@ -55,3 +55,12 @@ void ref_route_token(const float *logits, const float *bias, int R, int K, int S
     for (int j = 0; j < n; j++)
         weights[j] = (float)(exp(log_sigmoid(weight_logit(logits, ids, R, K, j)) - m) / sum * scale);
 }
+
+void ref_route_tokens(const moe_shard *sh, int T, const float *logits, int32_t *ids,
+                      float *weights) {
+    const moe_config *c = &sh->cfg;
+    for (int t = 0; t < T; t++)
+        ref_route_token(logits + (size_t)t * (c->R + c->S), sh->gate_bias, c->R, c->K, c->S,
+                        c->route_scale, sh->global_scale, ids + (size_t)t * c->K,
+                        weights + (size_t)t * (c->K + c->S));
+}

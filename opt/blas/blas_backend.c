@@ -95,35 +95,6 @@ static moe_status blas_create(const moe_shard *sh, const moe_options *opt, void 
     return MOE_OK;
 }
 
-/* Local routed expert e's matrices: w13 [2*I_local, D], w2 [D, I_local]. */
-static void routed_matrices(const moe_shard *sh, int e, ref_matrix *w13, ref_matrix *w2) {
-    const size_t D = (size_t)sh->cfg.D, IL = (size_t)sh->I_local;
-    memset(w13, 0, sizeof *w13);
-    memset(w2, 0, sizeof *w2);
-    w13->rows = (int)(2 * IL), w13->cols = (int)D;
-    w2->rows = (int)D, w2->cols = (int)IL;
-    if (sh->cfg.routed_format == MOE_ROUTED_MXFP4) {
-        w13->mx = sh->w13_mx + (size_t)e * 2 * IL * D / 2;
-        w13->scale = sh->w13_scale + (size_t)e * 2 * IL * D / 32;
-        w2->mx = sh->w2_mx + (size_t)e * D * IL / 2;
-        w2->scale = sh->w2_scale + (size_t)e * D * IL / 32;
-    } else {
-        w13->bf16 = sh->w13_bf16 + (size_t)e * 2 * IL * D;
-        w2->bf16 = sh->w2_bf16 + (size_t)e * D * IL;
-    }
-}
-
-/* Sink s's matrices: w13 [2*sink_I_local, D], w2 [D, sink_I_local], bf16. */
-static void sink_matrices(const moe_shard *sh, int s, ref_matrix *w13, ref_matrix *w2) {
-    const size_t D = (size_t)sh->cfg.D, SIL = (size_t)sh->sink_I_local;
-    memset(w13, 0, sizeof *w13);
-    memset(w2, 0, sizeof *w2);
-    w13->bf16 = sh->sink_w13 + (size_t)s * 2 * SIL * D;
-    w13->rows = (int)(2 * SIL), w13->cols = (int)D;
-    w2->bf16 = sh->sink_w2 + (size_t)s * D * SIL;
-    w2->rows = (int)D, w2->cols = (int)SIL;
-}
-
 /* Channels per GEMM1 tile and rows per GEMM2 tile: functions of the shapes only. */
 static int gemm1_tile_channels(int D, int width) {
     int c = TILE_FLOATS / (2 * D);
@@ -366,13 +337,13 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
         float *tile = w.scratch + (size_t)omp_get_thread_num() * per_thread;
         ref_matrix w13, w2;
         if (it.expert >= 0) {
-            routed_matrices(sh, it.expert, &w13, &w2);
+            ref_routed_matrices(sh, it.expert, &w13, &w2);
             int q0 = w.offset[it.expert], n = w.offset[it.expert + 1] - q0;
             gemm1_tile(&w13, w.xg + (size_t)q0 * D, n, D, NULL, it.start, it.len, tile,
                        tile + tile_floats, w.hg + (size_t)q0 * IL, IL);
         } else {
             int sk = -1 - it.expert;
-            sink_matrices(sh, sk, &w13, &w2);
+            ref_sink_matrices(sh, sk, &w13, &w2);
             gemm1_tile(&w13, w.xf, T, D, w.gamma + (size_t)sk * T, it.start, it.len, tile,
                        tile + tile_floats, w.hs + (size_t)sk * SIL, S * SIL);
         }
@@ -392,13 +363,13 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
         float *tile = w.scratch + (size_t)omp_get_thread_num() * per_thread;
         ref_matrix w13, w2;
         if (it.expert >= 0) {
-            routed_matrices(sh, it.expert, &w13, &w2);
+            ref_routed_matrices(sh, it.expert, &w13, &w2);
             int q0 = w.offset[it.expert], n = w.offset[it.expert + 1] - q0;
             gemm2_tile(&w2, w.hg + (size_t)q0 * IL, IL, n, it.start, it.len, tile,
                        w.yg + (size_t)q0 * D, D);
         } else {
             int sk = -1 - it.expert;
-            sink_matrices(sh, sk, &w13, &w2);
+            ref_sink_matrices(sh, sk, &w13, &w2);
             gemm2_tile(&w2, w.hs + (size_t)sk * SIL, S * SIL, T, it.start, it.len, tile,
                        w.ys + (size_t)sk * TD, D);
         }
@@ -469,11 +440,7 @@ static moe_status blas_route(void *p, int T, const float *logits, int32_t *ids, 
                              moe_error *err) {
     (void)err;
     const blas_state *s = p;
-    const moe_config *c = &s->shard->cfg;
-    for (int t = 0; t < T; t++)
-        ref_route_token(logits + (size_t)t * (c->R + c->S), s->shard->gate_bias, c->R, c->K, c->S,
-                        c->route_scale, s->shard->global_scale, ids + (size_t)t * c->K,
-                        weights + (size_t)t * (c->K + c->S));
+    ref_route_tokens(s->shard, T, logits, ids, weights);
     return MOE_OK;
 }
 
