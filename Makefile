@@ -116,8 +116,12 @@ fuzz-parse:
 	    $(shell pkg-config --cflags libcjson) fuzz/fuzz_parse.c common/safetensors.c \
 	    common/checkpoint.c common/shard.c common/numeric.c common/status.c \
 	    $(shell pkg-config --libs libcjson) -lm -o $(BUILD)/fuzz-parse/fuzz_parse
-	$(BUILD)/fuzz-parse/fuzz_parse -max_total_time=$(FUZZ_PARSE_SECONDS) -print_final_stats=1 \
-	    -artifact_prefix=$(BUILD)/fuzz-parse/crashes/ $(BUILD)/fuzz-parse/corpus fuzz/corpus/parse
+	@echo "fuzz-parse: $(FUZZ_PARSE_SECONDS) s; full log in $(BUILD)/fuzz-parse/log"
+	@$(BUILD)/fuzz-parse/fuzz_parse -max_total_time=$(FUZZ_PARSE_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=$(BUILD)/fuzz-parse/crashes/ $(BUILD)/fuzz-parse/corpus fuzz/corpus/parse \
+	    > $(BUILD)/fuzz-parse/log 2>&1; rc=$$?; \
+	    grep -E "^(Done|stat::|==[0-9]+==|SUMMARY|.*ERROR)" $(BUILD)/fuzz-parse/log | head -40; \
+	    [ $$rc -eq 0 ] || tail -n 40 $(BUILD)/fuzz-parse/log; exit $$rc
 
 golden: deps-python
 	$(PYTHON) golden/gen_golden.py --out golden/cases
