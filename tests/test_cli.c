@@ -13,6 +13,7 @@
 
 #include "../common/checkpoint.h"
 #include "checkpoint_fixture.h"
+#include "golden_cases.h"
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -172,6 +173,95 @@ static void test_help_and_good_run(void **state) {
     }
 }
 
+/* out of an output file, as float: out [numel]; false if missing or not dtype/numel. */
+static bool read_out(const moe_st_file *f, bool bf16, size_t numel, float *out) {
+    const moe_st_tensor *t = moe_st_find(f, "out");
+    if (!t || t->dtype != (bf16 ? MOE_ST_BF16 : MOE_ST_F32) || t->numel != numel) return false;
+    for (size_t i = 0; i < numel; i++) {
+        if (bf16) {
+            uint16_t h;
+            memcpy(&h, (const uint8_t *)t->data + 2 * i, 2);
+            out[i] = moe_bf16_to_f32(h);
+        } else {
+            memcpy(&out[i], (const uint8_t *)t->data + 4 * i, 4);
+        }
+    }
+    return true;
+}
+
+/* The tool on every golden case, with the case's layer and split, on every backend that can run
+ * here and every contract it supports: its output file must hold exactly what the library
+ * computes (test_golden judges the library against the NumPy outputs and the envelope), so the
+ * tool adds file handling and nothing else. */
+static void test_tool_on_every_golden_case(void **state) {
+    (void)state;
+    need_tool();
+    if (!is_dir(CASES_DIR)) skip();
+    static char names[512][256];
+    int n = list_cases(names, 512), runs = 0, failures = 0;
+    if (n <= 0) fail_msg(CASES_DIR " exists but holds no case directory");
+    static const char *const backends[] = {"ref", "blas", "cuda"};
+    for (int i = 0; i < n; i++) {
+        golden_case gc;
+        char why[700], model[600], in[600], layer[16], nranks[16], pad[16];
+        if (!read_case(names[i], &gc, why, sizeof why)) fail_msg("%s", why);
+        snprintf(model, sizeof model, CASES_DIR "/%.255s/model", names[i]);
+        snprintf(in, sizeof in, CASES_DIR "/%.255s/input.safetensors", names[i]);
+        snprintf(layer, sizeof layer, "%d", gc.layer);
+        snprintf(nranks, sizeof nranks, "%d", gc.n);
+        snprintf(pad, sizeof pad, "%d", gc.pad);
+        moe_checkpoint ck;
+        moe_config c;
+        moe_weights w;
+        moe_st_file xf;
+        moe_error err = {0};
+        assert_int_equal(moe_checkpoint_open(model, &ck, &err), MOE_OK);
+        assert_int_equal(moe_checkpoint_layer(&ck, gc.layer, NULL, &c, &w, &err), MOE_OK);
+        assert_int_equal(moe_st_open(in, &xf, &err), MOE_OK);
+        const uint16_t *xs = moe_st_find(&xf, "x")->data;
+        const size_t TD = (size_t)gc.T * (size_t)c.D;
+        float *want = calloc(TD + 1, sizeof *want), *got = calloc(TD + 1, sizeof *got);
+        for (int b = 0; b < 3; b++) {
+            const moe_backend *be = moe_backend_find(backends[b]);
+            for (int p = 0; p < 2; p++) {
+                moe_options opt = moe_options_default();
+                opt.precision = p ? MOE_PRECISION_SERVING : MOE_PRECISION_EXACT;
+                moe_split split = {gc.kind, gc.n, 0, gc.pad};
+                if (!be->available(why, sizeof why) || !be->supports(&c, &split, &opt, why, sizeof why)) continue;
+                const char *split_flag = gc.kind == MOE_SPLIT_TP ? "--tp" : gc.kind == MOE_SPLIT_EP ? "--ep" : NULL;
+                const char *args[] = {"--model", model, "--layer", layer, "--input", in, "--out", out_path,
+                                      "--backend", backends[b], "--precision", p ? "serving" : "exact",
+                                      "--pad-inter", pad, split_flag, nranks, NULL};
+                unlink(out_path);
+                runs++;
+                int rc = run_tool(args);
+                moe_st_file of;
+                bool same = false;
+                if (rc == 0 && moe_st_open(out_path, &of, &err) == MOE_OK) {
+                    same = read_out(&of, p, TD, got) &&
+                           moe_forward_all_ranks(be, &c, &w, gc.kind, gc.n, gc.pad, &opt, gc.T, xs, want,
+                                                 NULL, &err) == MOE_OK &&
+                           memcmp(got, want, TD * sizeof *got) == 0;
+                    moe_st_close(&of);
+                }
+                if (!same) {
+                    print_error("tool on golden %s, backend %s, %s: exit %d, output %s\n", names[i],
+                                backends[b], p ? "serving" : "exact", rc,
+                                rc ? "none" : "differs from the library's");
+                    failures++;
+                }
+            }
+        }
+        free(want);
+        free(got);
+        moe_st_close(&xf);
+        moe_checkpoint_close(&ck);
+    }
+    print_message("inkling-moe run on %d golden cases: %d runs over the paths available here, %d failed\n",
+                  n, runs, failures);
+    if (failures) fail_msg("%d of %d tool runs on golden cases failed", failures, runs);
+}
+
 static void test_usage_errors(void **state) {
     (void)state;
     need_tool();
@@ -247,6 +337,7 @@ static void test_broken_files(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_and_good_run),
+        cmocka_unit_test(test_tool_on_every_golden_case),
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_broken_files),
     };
