@@ -114,7 +114,7 @@ static int registry_candidates(const char *paths, const moe_backend **out, int c
 /* The paths a run compares with the reference: one mutant (alone, without the reference's own
  * paths), or the registry's backends that --paths names. Returns non-zero after saying why. */
 static int choose_targets(const fuzz_args *a, const moe_backend **cands, int cap, fuzz_targets *tg) {
-    fuzz_targets t = {cands, 0, !a->no_ref, 1};
+    fuzz_targets t = {cands, 0, !a->no_ref, 1, false};
     if (a->mutant) {
         cands[0] = moe_mutant_find(a->mutant);
         if (!cands[0]) {
@@ -195,24 +195,32 @@ static int run_selftest(const fuzz_args *a) {
     for (int i = 0; i < n; i++) {
         const moe_backend *m = moe_mutant_at(i);
         double t0 = fuzz_now();
-        long took = fuzz_hunt(m, &smoke, seed, max_cases, per, &caught, &res);
+        long took = fuzz_hunt(m, &smoke, seed, max_cases, per, false, &caught, &res);
         if (took < 0) {
             survivors++;
             printf("  %-26s SURVIVED (%s)\n", m->name, m->description);
             continue;
         }
         const fuzz_path_result *r = &res.r[fuzz_first_failure(&res)];
-        printf("  %-26s caught after %3ld case%s (%.2f s) at stage %-8s on %s\n", m->name, took,
+        printf("  %-26s caught after %3ld case%s (%.2f s) at stage %-8s on %-34s", m->name, took,
                took == 1 ? " " : "s", fuzz_now() - t0,
                moe_cmp_stage_name((moe_cmp_stage)r->rep.first_stage), r->path);
+        /* again on the output alone: a path that fills no stage is protected by this */
+        long took_out = fuzz_hunt(m, &smoke, seed, max_cases, per, true, &caught, &res);
+        if (took_out < 0) {
+            survivors++;
+            printf(" output alone: SURVIVED\n");
+        } else {
+            printf(" output alone: %3ld case%s\n", took_out, took_out == 1 ? "" : "s");
+        }
     }
     /* the control plants nothing: it must pass everything it runs */
-    long control = fuzz_hunt(moe_mutant_control(), &smoke, seed, max_cases / 10 + 5, per, &caught, &res);
+    long control = fuzz_hunt(moe_mutant_control(), &smoke, seed, max_cases / 10 + 5, per, false, &caught, &res);
     if (control >= 0) {
         char line[512];
         printf("  control (no bug) CAUGHT on: %s\n", fuzz_case_format(&caught, line, sizeof line));
-        if (res.sampled[0]) printf("reference checked %s\n", res.sampled);
-    print_result(&res);
+        if (res.sampled[0]) printf("  reference checked %s\n", res.sampled);
+        print_result(&res);
     } else {
         printf("  %-26s never caught (as it must be)\n", moe_mutant_control()->name);
     }

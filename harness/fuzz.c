@@ -34,8 +34,8 @@ typedef struct {
  * tokens only; any other path runs on all of them and is cut down to the sample. */
 static moe_status candidate(const moe_backend *be, const moe_options *opt, const fuzz_case *c,
                             const moe_cmp_case *cc, const case_tokens *ct, const moe_run *base,
-                            const moe_envelope *env, bool split, const char *path,
-                            fuzz_case_result *res, moe_error *err) {
+                            const moe_envelope *env, bool split, bool output_only,
+                            const char *path, fuzz_case_result *res, moe_error *err) {
     fuzz_path_result *r = add_result(res, path);
     if (!r) return MOE_OK;
     moe_run run;
@@ -63,6 +63,7 @@ static moe_status candidate(const moe_backend *be, const moe_options *opt, const
         return MOE_OK;
     }
     if (all_tokens) moe_run_keep_tokens(&run, ct->tokens, ct->n);
+    if (output_only) run.filled = 0;
     st = moe_compare_runs(cc, base, &run, env, env, &r->rep, err);
     r->outcome = r->rep.ok ? FUZZ_PASS : FUZZ_FAIL;
     moe_run_free(&run);
@@ -135,16 +136,16 @@ moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_r
             }
             if (!st && split) {
                 snprintf(path, sizeof path, "ref/%s/split", prec);
-                st = candidate(&moe_backend_ref, &opt, c, &cc, &ct, &base, env, true, path, res, err);
+                st = candidate(&moe_backend_ref, &opt, c, &cc, &ct, &base, env, true, false, path, res, err);
             }
         }
         for (int i = 0; i < tg->n_candidates && !st; i++) {
             const moe_backend *be = tg->candidates[i];
             snprintf(path, sizeof path, "%s/%s", be->name, prec);
-            st = candidate(be, &cand_opt, c, &cc, &ct, &base, env, false, path, res, err);
+            st = candidate(be, &cand_opt, c, &cc, &ct, &base, env, false, tg->output_only, path, res, err);
             if (!st && split) {
                 snprintf(path, sizeof path, "%s/%s/split", be->name, prec);
-                st = candidate(be, &cand_opt, c, &cc, &ct, &base, env, true, path, res, err);
+                st = candidate(be, &cand_opt, c, &cc, &ct, &base, env, true, tg->output_only, path, res, err);
             }
         }
         moe_envelope_free(env);
@@ -236,9 +237,9 @@ double fuzz_now(void) {
 }
 
 long fuzz_hunt(const moe_backend *be, const fuzz_suite *s, uint64_t seed, long max_cases,
-               double max_seconds, fuzz_case *caught, fuzz_case_result *res) {
+               double max_seconds, bool output_only, fuzz_case *caught, fuzz_case_result *res) {
     const moe_backend *cands[1] = {be};
-    fuzz_targets tg = {cands, 1, false, 1};
+    fuzz_targets tg = {cands, 1, false, 1, output_only};
     double t0 = fuzz_now();
     long counted = 0;
     for (long i = 0; counted < max_cases && fuzz_now() - t0 < max_seconds; i++) {

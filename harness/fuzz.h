@@ -42,6 +42,7 @@ typedef struct {
     int n_candidates;
     bool ref_paths; /* judge the reference itself and its split (false: candidates only) */
     int n_threads;  /* the candidates' moe_options.n_threads (0: the backend's default) */
+    bool output_only; /* judge the candidates' output alone, as for a path that fills no stage */
 } fuzz_targets;
 
 /* Runs one case. Returns an error only when the case itself cannot be built or run (bad line,
@@ -60,11 +61,12 @@ int fuzz_shrink(const fuzz_case *c, const char *path, const fuzz_targets *tg, in
 /* Seconds on a monotonic clock. */
 double fuzz_now(void);
 
-/* Draws suite cases (from seed) against one backend (candidates only) until a case fails.
+/* Draws suite cases (from seed) against one backend (candidates only; with output_only, judged
+ * on their output alone) until a case fails.
  * Cases the backend declines on every path are not counted. Returns the number of cases it
  * took, or -1 if none failed within max_cases counted cases or max_seconds; on success
  * *caught and *res describe the catching case. */
 long fuzz_hunt(const moe_backend *be, const fuzz_suite *s, uint64_t seed, long max_cases,
-               double max_seconds, fuzz_case *caught, fuzz_case_result *res);
+               double max_seconds, bool output_only, fuzz_case *caught, fuzz_case_result *res);
 
 #endif

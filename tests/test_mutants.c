@@ -3,8 +3,9 @@
  * smoke cases within a short budget, and never flags the control (the reference's loop with no
  * bug planted). The short form of `make fuzz-selftest`.
  *
- * Rules checked: each mutant is caught within 200 smoke cases it supports (seed 1); the
- * control passes 40 cases.
+ * Rules checked: each mutant is caught within 200 smoke cases it supports (seed 1), with every
+ * stage compared and again on its output alone (a path that fills no stage relies on that);
+ * the control passes 40 cases.
  */
 #include "test_support.h"
 
@@ -24,16 +25,18 @@ static void test_mutant_caught(void **state) {
     assert_non_null(m);
     fuzz_case caught;
     fuzz_case_result res;
-    long took = fuzz_hunt(m, &smoke, 1, 200, 30.0, &caught, &res);
+    long took = fuzz_hunt(m, &smoke, 1, 200, 30.0, false, &caught, &res);
     if (took < 0) fail_msg("%s (%s) survived 200 smoke cases", m->name, m->description);
-    print_message("%-26s caught after %ld case(s)\n", m->name, took);
+    long took_out = fuzz_hunt(m, &smoke, 1, 200, 30.0, true, &caught, &res);
+    if (took_out < 0) fail_msg("%s (%s) survived 200 smoke cases judged on the output alone", m->name, m->description);
+    print_message("%-26s caught after %ld case(s); on the output alone after %ld\n", m->name, took, took_out);
 }
 
 static void test_control_never_caught(void **state) {
     (void)state;
     fuzz_case caught;
     fuzz_case_result res;
-    long took = fuzz_hunt(moe_mutant_control(), &smoke, 1, 40, 30.0, &caught, &res);
+    long took = fuzz_hunt(moe_mutant_control(), &smoke, 1, 40, 30.0, false, &caught, &res);
     if (took >= 0) {
         char line[512];
         fail_msg("the control was caught on: %s: %s", fuzz_case_format(&caught, line, sizeof line),
