@@ -1,7 +1,8 @@
 # Inkling MoE layer: reference, OpenBLAS and CUDA paths, differential harness.
 #
 #   make test            install what is missing, build, run every test (cmocka summaries)
-#   make fuzz            the differential fuzzer over every available path (FUZZ_SECONDS, FUZZ_SEED)
+#   make fuzz            the differential fuzzer over every available path (FUZZ_SECONDS, FUZZ_SEED,
+#                        FUZZ_SUITES: smoke,ci by default; nightly for the real-model shapes)
 #   make fuzz-selftest   show that the fuzzer catches every planted bug (harness/mutants.c)
 #   make asan            the tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make golden          regenerate golden/cases with the NumPy generator
@@ -20,6 +21,7 @@ PYTHON      ?= python3
 FUZZ_SECONDS ?= 60
 FUZZ_PARSE_SECONDS ?= 60
 FUZZ_SEED   ?=
+FUZZ_SUITES ?= smoke,ci
 SANITIZE    ?=
 
 pc_exists = $(shell pkg-config --exists $(1) 2>/dev/null && echo yes)
@@ -103,7 +105,8 @@ fuzz: deps
 	@$(MAKE) --no-print-directory fuzz-now
 
 fuzz-now: all
-	@$(TOOL) fuzz --seconds $(FUZZ_SECONDS) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) --report-dir $(BUILD)/fuzz-report
+	@$(TOOL) fuzz --seconds $(FUZZ_SECONDS) --suite $(FUZZ_SUITES) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) \
+	    --report-dir $(BUILD)/fuzz-report
 
 # Proof of strength: every deliberately broken path (harness/mutants.c) must be caught.
 fuzz-selftest: all

@@ -624,3 +624,29 @@ moe_status moe_checkpoint_layer(moe_checkpoint *ck, int layer, int *layer_out, m
     *cfg_out = cfg;
     return MOE_OK;
 }
+
+/* x [T, D] bf16 from the input file, copied out of the mapping. */
+moe_status moe_read_input(const char *path, int D, int *T, uint16_t **x, moe_error *err) {
+    moe_st_file f;
+    moe_status st = moe_st_open(path, &f, err);
+    if (st) return st;
+    const moe_st_tensor *t = moe_st_find(&f, "x");
+    char shape[96];
+    if (!t)
+        st = moe_fail(err, MOE_ERR_SHAPE, "missing tensor x in input file %s", path);
+    else if (t->dtype != MOE_ST_BF16)
+        st = moe_fail(err, MOE_ERR_DTYPE, "tensor x (input file %s): dtype %s, expected BF16", path,
+                      moe_st_dtype_name(t->dtype));
+    else if (t->ndim != 2 || t->shape[1] != D || t->shape[0] > INT_MAX / (D ? D : 1))
+        st = moe_fail(err, MOE_ERR_SHAPE,
+                      "tensor x (input file %s): shape %s, expected [T, %d] (hidden_size %d)", path,
+                      moe_st_shape_str(t->ndim, t->shape, shape, sizeof shape), D, D);
+    if (!st) {
+        *T = (int)t->shape[0];
+        *x = malloc(t->nbytes ? (size_t)t->nbytes : 1);
+        if (!*x) st = moe_fail(err, MOE_ERR_NOMEM, "tensor x: out of memory");
+        else memcpy(*x, t->data, (size_t)t->nbytes);
+    }
+    moe_st_close(&f);
+    return st;
+}

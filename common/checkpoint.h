@@ -72,4 +72,8 @@ moe_status moe_checkpoint_layer(moe_checkpoint *ck, int layer, int *layer_out, m
 /* A tensor by full name, opening its file if needed; NULL plus err when absent. */
 const moe_st_tensor *moe_checkpoint_tensor(moe_checkpoint *ck, const char *name, moe_error *err);
 
+/* An input file's x [T, D] bf16 (SPEC §5), checked against hidden_size D and copied out of the
+ * mapping into *x (malloc'ed; free it). Errors name the file and the tensor. */
+moe_status moe_read_input(const char *path, int D, int *T, uint16_t **x, moe_error *err);
+
 #endif /* INKLING_CHECKPOINT_H */

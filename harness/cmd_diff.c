@@ -23,27 +23,6 @@ static void usage(FILE *f) {
                "                        [--tp N | --ep N] [--pad P] [--precision exact|serving]\n");
 }
 
-/* x [T, D] bf16, copied out of the input file. */
-static moe_status read_x(const char *path, int D, int *T, uint16_t **x, moe_error *err) {
-    moe_st_file f;
-    moe_status st = moe_st_open(path, &f, err);
-    if (st) return st;
-    const moe_st_tensor *t = moe_st_find(&f, "x");
-    if (!t) st = moe_fail(err, MOE_ERR_SHAPE, "missing tensor x in input file %s", path);
-    else if (t->dtype != MOE_ST_BF16)
-        st = moe_fail(err, MOE_ERR_DTYPE, "tensor x (input file %s): expected BF16", path);
-    else if (t->ndim != 2 || t->shape[1] != D || t->shape[0] > (1 << 24))
-        st = moe_fail(err, MOE_ERR_SHAPE, "tensor x (input file %s): expected [T, %d]", path, D);
-    else {
-        *T = (int)t->shape[0];
-        *x = malloc(t->nbytes ? (size_t)t->nbytes : 1);
-        if (!*x) st = moe_fail(err, MOE_ERR_NOMEM, "tensor x: out of memory");
-        else memcpy(*x, t->data, (size_t)t->nbytes);
-    }
-    moe_st_close(&f);
-    return st;
-}
-
 int cmd_diff(int argc, char **argv) {
     const char *model = NULL, *input = NULL, *a_name = "ref", *b_name = NULL;
     int layer = -1, n = 1, pad = 0;
@@ -99,7 +78,7 @@ int cmd_diff(int argc, char **argv) {
         return 2;
     }
     st = moe_checkpoint_layer(&ck, layer, &loaded, &cfg, &w, &err);
-    if (!st) st = read_x(input, cfg.D, &T, &x, &err);
+    if (!st) st = moe_read_input(input, cfg.D, &T, &x, &err);
     if (st) {
         fprintf(stderr, "inkling-moe diff: %s\n", err.msg);
         moe_checkpoint_close(&ck);

@@ -131,32 +131,6 @@ static int parse_args(int argc, char **argv, run_args *a) {
     return -1;
 }
 
-/* x [T, D] bf16 from the input file, copied out of the mapping. */
-static moe_status read_input(const char *path, int D, int *T, uint16_t **x, moe_error *err) {
-    moe_st_file f;
-    moe_status st = moe_st_open(path, &f, err);
-    if (st) return st;
-    const moe_st_tensor *t = moe_st_find(&f, "x");
-    char shape[96];
-    if (!t)
-        st = moe_fail(err, MOE_ERR_SHAPE, "missing tensor x in input file %s", path);
-    else if (t->dtype != MOE_ST_BF16)
-        st = moe_fail(err, MOE_ERR_DTYPE, "tensor x (input file %s): dtype %s, expected BF16", path,
-                      moe_st_dtype_name(t->dtype));
-    else if (t->ndim != 2 || t->shape[1] != D || t->shape[0] > INT_MAX / (D ? D : 1))
-        st = moe_fail(err, MOE_ERR_SHAPE,
-                      "tensor x (input file %s): shape %s, expected [T, %d] (hidden_size %d)", path,
-                      moe_st_shape_str(t->ndim, t->shape, shape, sizeof shape), D, D);
-    if (!st) {
-        *T = (int)t->shape[0];
-        *x = malloc(t->nbytes ? (size_t)t->nbytes : 1);
-        if (!*x) st = moe_fail(err, MOE_ERR_NOMEM, "tensor x: out of memory");
-        else memcpy(*x, t->data, (size_t)t->nbytes);
-    }
-    moe_st_close(&f);
-    return st;
-}
-
 static moe_status run(const run_args *a, moe_error *err) {
     const moe_backend *be = moe_backend_find(a->backend);
     if (!be) return moe_fail(err, MOE_ERR_ARG, "argument --backend: unknown backend '%s'", a->backend);
@@ -172,7 +146,7 @@ static moe_status run(const run_args *a, moe_error *err) {
     st = moe_checkpoint_layer(&ck, a->layer, NULL, &cfg, &w, err);
     moe_split split = {a->kind, a->n, 0, a->pad_inter};
     if (!st) st = moe_split_validate(&cfg, &split, err);
-    if (!st) st = read_input(a->input, cfg.D, &T, &x, err);
+    if (!st) st = moe_read_input(a->input, cfg.D, &T, &x, err);
     if (st) goto done;
 
     const size_t TD = (size_t)T * (size_t)cfg.D, G = (size_t)(cfg.R + cfg.S);

@@ -190,22 +190,23 @@ done:
     return differ;
 }
 
+/* The case's input x [T, D] through the loader's reader (which checks dtype and width); T must
+ * be the case's. NULL (noted) on any problem. */
 static uint16_t *read_input(const char *name, int D, int T, verdict *v) {
     char path[600];
-    snprintf(path, sizeof path, CASES_DIR "/%s/input.safetensors", name);
-    moe_st_file f;
+    snprintf(path, sizeof path, CASES_DIR "/%.255s/input.safetensors", name);
     moe_error err = {0};
-    if (moe_st_open(path, &f, &err)) {
+    uint16_t *x = NULL;
+    int file_T = -1;
+    if (moe_read_input(path, D, &file_T, &x, &err)) {
         note(v, "  %s\n", err.msg);
         return NULL;
     }
-    const moe_st_tensor *t = moe_st_find(&f, "x");
-    uint16_t *x = NULL;
-    if (!t || t->dtype != MOE_ST_BF16 || t->ndim != 2 || t->shape[0] != T || t->shape[1] != D)
-        note(v, "  input x: missing or not BF16 [T, D]\n");
-    else if ((x = malloc(t->nbytes + 2)))
-        memcpy(x, t->data, (size_t)t->nbytes);
-    moe_st_close(&f);
+    if (file_T != T) {
+        note(v, "  input x: %d tokens, case.json says %d\n", file_T, T);
+        free(x);
+        return NULL;
+    }
     return x;
 }
 
