@@ -5,8 +5,10 @@
 #                        FUZZ_SUITES: smoke,ci by default; nightly for the real-model shapes)
 #   make fuzz-selftest   show that the fuzzer catches every planted bug (harness/mutants.c)
 #   make asan            the tests again under AddressSanitizer + UndefinedBehaviorSanitizer
-#   make golden          regenerate golden/cases with the NumPy generator
+#   make fuzz-parse      libFuzzer on the safetensors and config.json parsers (FUZZ_PARSE_SECONDS)
+#   make golden          regenerate golden/cases with the NumPy generator (golden-check: compare)
 #   make bench-cpu       reference vs OpenBLAS path on Inkling-Small (BENCH_ARGS; minutes)
+#   make cuda-check      build the CUDA path's real-shape check and timer (run it on a GPU host)
 #   make help            every target
 #
 # Out-of-source: everything lands under $(BUILD). Libraries are detected with pkg-config and
