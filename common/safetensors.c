@@ -10,6 +10,8 @@
  */
 #include "safetensors.h"
 
+#include "numeric.h"
+
 #include <cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -434,4 +436,19 @@ done:
     cJSON_Delete(root);
     free(order);
     return st;
+}
+
+bool moe_st_to_f32(const moe_st_tensor *t, float *out) {
+    if (t->dtype != MOE_ST_BF16 && t->dtype != MOE_ST_F32) return false;
+    const uint8_t *p = t->data;
+    for (uint64_t i = 0; i < t->numel; i++) {
+        if (t->dtype == MOE_ST_BF16) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2); /* the mapping need not be aligned */
+            out[i] = moe_bf16_to_f32(h);
+        } else {
+            memcpy(&out[i], p + 4 * i, 4);
+        }
+    }
+    return true;
 }

@@ -81,6 +81,10 @@ void moe_st_close(moe_st_file *f);
 
 const moe_st_tensor *moe_st_find(const moe_st_file *f, const char *name); /* NULL if absent */
 
+/* The elements of a BF16 or F32 tensor as fp32 (bf16 widens exactly): out [numel]. False for any
+ * other dtype. */
+bool moe_st_to_f32(const moe_st_tensor *t, float *out);
+
 /* "[2, 3]" into buf [len]. */
 const char *moe_st_shape_str(int ndim, const int64_t *shape, char *buf, size_t len);
 

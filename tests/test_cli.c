@@ -158,15 +158,7 @@ static void test_help_and_good_run(void **state) {
         assert_int_equal(moe_forward_all_ranks(&moe_backend_ref, &c, &wv, MOE_SPLIT_TP, 2, 0, &opt,
                                                T, x, want, NULL, &err),
                          MOE_OK);
-        for (int i = 0; i < T * 64; i++) {
-            if (p) {
-                uint16_t h;
-                memcpy(&h, (const uint8_t *)o->data + 2 * i, 2);
-                got[i] = moe_bf16_to_f32(h);
-            } else {
-                memcpy(&got[i], (const uint8_t *)o->data + 4 * i, 4);
-            }
-        }
+        assert_true(moe_st_to_f32(o, got));
         assert_memory_equal(got, want, sizeof got);
         moe_checkpoint_close(&ck);
         moe_st_close(&f);
@@ -176,17 +168,7 @@ static void test_help_and_good_run(void **state) {
 /* out of an output file, as float: out [numel]; false if missing or not dtype/numel. */
 static bool read_out(const moe_st_file *f, bool bf16, size_t numel, float *out) {
     const moe_st_tensor *t = moe_st_find(f, "out");
-    if (!t || t->dtype != (bf16 ? MOE_ST_BF16 : MOE_ST_F32) || t->numel != numel) return false;
-    for (size_t i = 0; i < numel; i++) {
-        if (bf16) {
-            uint16_t h;
-            memcpy(&h, (const uint8_t *)t->data + 2 * i, 2);
-            out[i] = moe_bf16_to_f32(h);
-        } else {
-            memcpy(&out[i], (const uint8_t *)t->data + 4 * i, 4);
-        }
-    }
-    return true;
+    return t && t->dtype == (bf16 ? MOE_ST_BF16 : MOE_ST_F32) && t->numel == numel && moe_st_to_f32(t, out);
 }
 
 /* The tool on every golden case, with the case's layer and split, on every backend that can run

@@ -72,16 +72,11 @@ static bool expected_f32(const moe_st_file *f, const char *name, moe_st_dtype wa
         note(v, "  expected tensor %s: missing or wrong dtype/size\n", name);
         return false;
     }
-    for (uint64_t i = 0; i < numel; i++) {
-        if (want == MOE_ST_BF16) {
-            uint16_t h;
-            memcpy(&h, (const uint8_t *)t->data + 2 * i, 2);
-            out[i] = moe_bf16_to_f32(h);
-        } else {
-            memcpy(&out[i], (const uint8_t *)t->data + 4 * i, 4);
-        }
+    if (want == MOE_ST_I32) { /* ids: the raw int bits, read back with memcpy */
+        memcpy(out, t->data, (size_t)numel * 4);
+        return true;
     }
-    return true;
+    return moe_st_to_f32(t, out);
 }
 
 /* Per-element max over ranks of |partial|: mag [T, D]. */
