@@ -8,6 +8,7 @@
  *   - forward() allocates nothing on the device except when T exceeds the largest T seen:
  *     then the per-token workspace is freed and allocated again for the new T (cudaFree and
  *     cudaMalloc synchronise the device; later calls with T at most that size allocate nothing);
+ *     a new workspace is filled with 0xFF bytes (NaN), so reading an unwritten element shows;
  *   - the host waits only at the end of forward(), for the copies back (stage copies and the
  *     output are queued on the routed stream; pageable copies complete before returning);
  *   - routed chain on one stream: upload x, gate logits, routing, grouping, GEMM1+SwiGLU,
@@ -275,6 +276,10 @@ moe_status ensure_workspace(cuda_state *s, int T, moe_error *err) {
     if (e != cudaSuccess)
         return moe_fail(err, MOE_ERR_DEVICE, "cuda: cudaMalloc of the workspace for T = %d "
                         "(%zu bytes) failed: %s", T, total, cudaGetErrorString(e));
+    /* Poisoned once per allocation: 0xFF bytes are NaN in bf16 and fp32 and -1 in int32, so a
+     * stage that reads an element nothing wrote gives NaN (or a failed check), never plausible
+     * stale data. The cost is one memset when the workspace grows. */
+    CUDA_TRY(cudaMemset(s->ws, 0xFF, total));
     char *p = (char *)s->ws;
     void **slots[] = {(void **)&s->x,      (void **)&s->logits, (void **)&s->ids,
                       (void **)&s->weights, (void **)&s->bad,   (void **)&s->perm,
