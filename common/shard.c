@@ -115,11 +115,21 @@ static void copy_block(uint8_t *dst, size_t dst_cols, const uint8_t *src, size_t
 }
 
 /* Checks the MXFP4 blocks of a local [rows, cols] slab: no NaN scale byte, no block whose
- * largest code overflows fp32 once scaled. Reports global coordinates. */
+ * largest code overflows fp32 once scaled. Reports global coordinates. Works on whole bytes:
+ * E2M1 magnitudes grow with the low three bits of a code, so a block's largest magnitude is
+ * the largest (code & 7) over its 32 nibbles, and the largest safe scale byte for each of the
+ * eight magnitudes is computed once. */
 static moe_status check_mx_slab(const char *tensor, int expert, const uint8_t *packed,
                                 const uint8_t *scales, int rows, int cols, int row_offset,
                                 int block_offset, moe_error *err) {
-    int blocks = cols / 32;
+    uint8_t byte_mag[256]; /* largest (code & 7) of the byte's two nibbles */
+    int max_byte[8];       /* largest finite-safe E8M0 byte for magnitude index m */
+    for (int v = 0; v < 256; v++) {
+        int lo = v & 7, hi = (v >> 4) & 7;
+        byte_mag[v] = (uint8_t)(lo > hi ? lo : hi);
+    }
+    for (int m = 0; m < 8; m++) max_byte[m] = m == 0 ? 254 : moe_e8m0_max_finite_byte(moe_e2m1_to_f32((uint8_t)m));
+    const int blocks = cols / 32;
     for (int r = 0; r < rows; r++) {
         for (int b = 0; b < blocks; b++) {
             uint8_t s = scales[(size_t)r * blocks + b];
@@ -128,16 +138,14 @@ static moe_status check_mx_slab(const char *tensor, int expert, const uint8_t *p
                                 "tensor %s_scale: NaN E8M0 byte 0xFF at [expert %d, row %d, block %d]",
                                 tensor, expert, r + row_offset, b + block_offset);
             const uint8_t *p = packed + (size_t)r * (cols / 2) + (size_t)b * 16;
-            float max_mag = 0.0f;
-            for (int i = 0; i < 16; i++) {
-                float lo = fabsf(moe_e2m1_to_f32(p[i] & 0x0F)), hi = fabsf(moe_e2m1_to_f32(p[i] >> 4));
-                max_mag = fmaxf(max_mag, fmaxf(lo, hi));
-            }
-            if (!isfinite(max_mag * moe_e8m0_to_f32(s)))
+            uint8_t m = 0;
+            for (int i = 0; i < 16; i++) m = byte_mag[p[i]] > m ? byte_mag[p[i]] : m;
+            if (s > max_byte[m])
                 return moe_fail(err, MOE_ERR_VALUE,
                                 "tensor %s_scale: E8M0 byte 0x%02X at [expert %d, row %d, block %d] "
                                 "makes a weight of magnitude %g overflow fp32",
-                                tensor, s, expert, r + row_offset, b + block_offset, max_mag);
+                                tensor, s, expert, r + row_offset, b + block_offset,
+                                (double)moe_e2m1_to_f32(m));
         }
     }
     return MOE_OK;
