@@ -265,6 +265,91 @@ typedef struct {
     double elapsed;
 } fuzz_totals;
 
+/* One <testcase>: name is "<path>: <what>"; kind 'p' passed, 's' skipped, 'f' failed. */
+static void junit_case(FILE *f, const char *path, const char *what, char kind, const char *message,
+                       const failure_record *r) {
+    fprintf(f, "    <testcase classname=\"fuzz.");
+    xml_string(f, path);
+    fprintf(f, "\" name=\"");
+    xml_string(f, what);
+    fprintf(f, "\">");
+    if (kind == 's') fprintf(f, "<skipped/>");
+    if (kind == 'f') {
+        fprintf(f, "\n      <failure message=\"");
+        xml_string(f, message);
+        fprintf(f, "\">");
+        if (r) {
+            fprintf(f, "case: ");
+            xml_string(f, r->line);
+            fprintf(f, "\nshrunk: ");
+            xml_string(f, r->shrunk);
+            fprintf(f, "\nregression file: ");
+            xml_string(f, r->saved);
+        }
+        fprintf(f, "</failure>\n    ");
+    }
+    fprintf(f, "</testcase>\n");
+}
+
+/* The JUnit report: a testsuite per path; in it one testcase for the passing cases, one for the
+ * skipped ones, one per recorded failing case (its line, shrunk line and regression file), and
+ * one for failing cases beyond the recorded ones, so that every failure shows as a failure. */
+static void write_junit(const fuzz_args *a, const fuzz_totals *tt) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/fuzz-junit.xml", a->report_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "inkling-moe fuzz: cannot write %s\n", path);
+        return;
+    }
+    long tests = 0, fails = 0, skips = 0;
+    int counts[MAX_PATH_CLASSES][3]; /* testcases, failures, skipped per path */
+    for (int i = 0; i < tt->n_paths; i++) {
+        const path_tally *p = &tt->paths[i];
+        int recorded = 0;
+        for (int k = 0; k < tt->n_failures; k++) recorded += !strcmp(tt->failures[k].path, p->name);
+        int fail_cases = recorded + (p->failed > recorded);
+        counts[i][0] = (p->passed > 0) + (p->skipped > 0) + fail_cases;
+        counts[i][1] = fail_cases;
+        counts[i][2] = p->skipped > 0;
+        tests += counts[i][0], fails += counts[i][1], skips += counts[i][2];
+    }
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    fprintf(f, "<testsuites name=\"inkling-moe fuzz (seed %" PRIu64 ")\" tests=\"%ld\" failures=\"%ld\" "
+            "skipped=\"%ld\" time=\"%.3f\">\n", a->seed, tests, fails, skips, tt->elapsed);
+    for (int i = 0; i < tt->n_paths; i++) {
+        const path_tally *p = &tt->paths[i];
+        char what[700];
+        fprintf(f, "  <testsuite name=\"");
+        xml_string(f, p->name);
+        fprintf(f, "\" tests=\"%d\" failures=\"%d\" skipped=\"%d\">\n", counts[i][0], counts[i][1], counts[i][2]);
+        if (p->passed) {
+            snprintf(what, sizeof what, "%ld cases passed", p->passed);
+            junit_case(f, p->name, what, 'p', NULL, NULL);
+        }
+        if (p->skipped) {
+            snprintf(what, sizeof what, "%ld cases skipped (path unavailable or case unsupported)", p->skipped);
+            junit_case(f, p->name, what, 's', NULL, NULL);
+        }
+        long recorded = 0;
+        for (int k = 0; k < tt->n_failures; k++)
+            if (!strcmp(tt->failures[k].path, p->name)) {
+                recorded++;
+                snprintf(what, sizeof what, "failing case %.600s", tt->failures[k].line);
+                junit_case(f, p->name, what, 'f', tt->failures[k].msg, &tt->failures[k]);
+            }
+        if (p->failed > recorded) {
+            snprintf(what, sizeof what, "%ld further failing cases", p->failed - recorded);
+            junit_case(f, p->name, what, 'f',
+                       "failing cases not recorded one by one (the first failing path of a case, up "
+                       "to the first failures of the run, is): see the fuzzer's output", NULL);
+        }
+        fprintf(f, "  </testsuite>\n");
+    }
+    fprintf(f, "</testsuites>\n");
+    fclose(f);
+}
+
 static void write_reports(const fuzz_args *a, const fuzz_totals *tt, fuzz_suite *suites, int ns) {
     if (mkdir_p(a->report_dir)) {
         fprintf(stderr, "inkling-moe fuzz: cannot create report directory %s\n", a->report_dir);
@@ -309,44 +394,7 @@ static void write_reports(const fuzz_args *a, const fuzz_totals *tt, fuzz_suite 
         fprintf(f, "  ]\n}\n");
         fclose(f);
     }
-    snprintf(path, sizeof path, "%s/fuzz-junit.xml", a->report_dir);
-    f = fopen(path, "w");
-    if (!f) return;
-    long tests = 0, fails = 0, skips = 0;
-    for (int i = 0; i < tt->n_paths; i++) {
-        tests += tt->paths[i].passed + tt->paths[i].failed + tt->paths[i].skipped;
-        fails += tt->paths[i].failed;
-        skips += tt->paths[i].skipped;
-    }
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    fprintf(f, "<testsuites name=\"inkling-moe fuzz\" tests=\"%ld\" failures=\"%ld\" skipped=\"%ld\" time=\"%.3f\">\n",
-            tests, fails, skips, tt->elapsed);
-    for (int i = 0; i < tt->n_paths; i++) {
-        const path_tally *p = &tt->paths[i];
-        fprintf(f, "  <testsuite name=\"");
-        xml_string(f, p->name);
-        fprintf(f, "\" tests=\"%ld\" failures=\"%ld\" skipped=\"%ld\">\n", p->passed + p->failed + p->skipped,
-                p->failed, p->skipped);
-        fprintf(f, "    <testcase classname=\"fuzz\" name=\"");
-        xml_string(f, p->name);
-        fprintf(f, " (seed %" PRIu64 ", %ld cases)\">\n", a->seed, p->passed + p->failed + p->skipped);
-        for (int k = 0; k < tt->n_failures; k++)
-            if (!strcmp(tt->failures[k].path, p->name)) {
-                fprintf(f, "      <failure message=\"");
-                xml_string(f, tt->failures[k].msg);
-                fprintf(f, "\">case: ");
-                xml_string(f, tt->failures[k].line);
-                fprintf(f, "\nshrunk: ");
-                xml_string(f, tt->failures[k].shrunk);
-                fprintf(f, "</failure>\n");
-                break;
-            }
-        if (p->failed && tt->n_failures == 0) fprintf(f, "      <failure message=\"failed\"/>\n");
-        if (!p->failed && !p->passed && p->skipped) fprintf(f, "      <skipped/>\n");
-        fprintf(f, "    </testcase>\n  </testsuite>\n");
-    }
-    fprintf(f, "</testsuites>\n");
-    fclose(f);
+    write_junit(a, tt);
 }
 
 /* ---------------------------------------------------------------- the fuzz loop */
