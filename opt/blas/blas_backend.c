@@ -52,6 +52,22 @@ typedef struct {
     int len;
 } blas_item;
 
+/* The work list of one GEMM phase, in a fixed order (so the tiling depends only on the shapes):
+ * for each local expert with tokens, tiles of `r_tile` along its extent `r_len`; then for each
+ * sink (when T > 0), tiles of `s_tile` along `s_len`. offset [E+1] are the experts' row starts.
+ * Returns the item count. */
+static int list_items(blas_item *items, int E, const int *offset, int r_len, int r_tile, int S,
+                      int T, int s_len, int s_tile) {
+    int n = 0;
+    for (int e = 0; e < E; e++)
+        for (int j = 0; j < r_len && offset[e + 1] > offset[e]; j += r_tile)
+            items[n++] = (blas_item){e, j, r_len - j < r_tile ? r_len - j : r_tile};
+    for (int sk = 0; sk < S && T > 0; sk++)
+        for (int j = 0; j < s_len; j += s_tile)
+            items[n++] = (blas_item){-1 - sk, j, s_len - j < s_tile ? s_len - j : s_tile};
+    return n;
+}
+
 static bool blas_available(char *why, size_t why_len) {
     (void)why;
     (void)why_len;
@@ -324,13 +340,7 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
         memcpy(w.xg + (size_t)q * D, w.xf + (size_t)w.pair_token[q] * D, (size_t)D * sizeof(float));
 
     /* GEMM1 (+ h) over every (expert, channel tile) and (sink, channel tile). */
-    int n_items = 0;
-    for (int e = 0; e < E; e++)
-        for (int j = 0; j < IL && w.offset[e + 1] > w.offset[e]; j += r_ch)
-            w.items[n_items++] = (blas_item){e, j, IL - j < r_ch ? IL - j : r_ch};
-    for (int sk = 0; sk < S && T > 0; sk++)
-        for (int j = 0; j < SIL; j += s_ch)
-            w.items[n_items++] = (blas_item){-1 - sk, j, SIL - j < s_ch ? SIL - j : s_ch};
+    int n_items = list_items(w.items, E, w.offset, IL, r_ch, S, T, SIL, s_ch);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (int i = 0; i < n_items; i++) {
         const blas_item it = w.items[i];
@@ -350,13 +360,7 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
     }
 
     /* GEMM2 over every (expert, output-row tile) and (sink, output-row tile). */
-    n_items = 0;
-    for (int e = 0; e < E; e++)
-        for (int d = 0; d < D && w.offset[e + 1] > w.offset[e]; d += r_rows)
-            w.items[n_items++] = (blas_item){e, d, D - d < r_rows ? D - d : r_rows};
-    for (int sk = 0; sk < S && T > 0; sk++)
-        for (int d = 0; d < D; d += s_rows)
-            w.items[n_items++] = (blas_item){-1 - sk, d, D - d < s_rows ? D - d : s_rows};
+    n_items = list_items(w.items, E, w.offset, D, r_rows, S, T, D, s_rows);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (int i = 0; i < n_items; i++) {
         const blas_item it = w.items[i];
