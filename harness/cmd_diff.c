@@ -2,9 +2,10 @@
  * cmd_diff.c: `inkling-moe diff`, two paths compared stage by stage on a checkpoint layer.
  *
  * Rules:
- *   - path A (--backend) runs unsplit with every stage; path B (--against) runs with the
- *     split given (--tp N | --ep N, --pad P); both in one contract (--precision, default
- *     serving) and are judged against that contract's envelope (harness/compare.h);
+ *   - path A (--backend, the path under test) runs with the split given (--tp N | --ep N,
+ *     --pad-inter P), as `run` does; path B (--against, default ref) runs unsplit with every
+ *     stage, as the baseline; both in one contract (--precision, default serving) and are
+ *     judged against that contract's envelope (harness/compare.h);
  *   - the report names the first diverging stage, its worst element and the error against
  *     its tolerance; exit status 0 agree, 1 diverge, 2 bad usage or input (one line on
  *     stderr naming the file, tensor or field).
@@ -19,12 +20,13 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: inkling-moe diff --model DIR [--layer L] --input FILE --backend A --against B\n"
-               "                        [--tp N | --ep N] [--pad P] [--precision exact|serving]\n");
+    fprintf(f, "usage: inkling-moe diff --model DIR [--layer L] --input FILE --backend A [--against B]\n"
+               "                        [--tp N | --ep N] [--pad-inter P] [--precision exact|serving]\n"
+               "  A runs with the split, B (default ref) unsplit; both are judged stage by stage\n");
 }
 
 int cmd_diff(int argc, char **argv) {
-    const char *model = NULL, *input = NULL, *a_name = "ref", *b_name = NULL;
+    const char *model = NULL, *input = NULL, *a_name = NULL, *b_name = "ref";
     int layer = -1, n = 1, pad = 0;
     moe_split_kind kind = MOE_SPLIT_NONE;
     moe_precision prec = MOE_PRECISION_SERVING;
@@ -46,7 +48,7 @@ int cmd_diff(int argc, char **argv) {
         else if (!strcmp(o, "--against")) b_name = v;
         else if (!strcmp(o, "--tp")) kind = MOE_SPLIT_TP, n = atoi(v);
         else if (!strcmp(o, "--ep")) kind = MOE_SPLIT_EP, n = atoi(v);
-        else if (!strcmp(o, "--pad")) pad = atoi(v);
+        else if (!strcmp(o, "--pad-inter")) pad = atoi(v);
         else if (!strcmp(o, "--precision") && (!strcmp(v, "exact") || !strcmp(v, "serving")))
             prec = !strcmp(v, "exact") ? MOE_PRECISION_EXACT : MOE_PRECISION_SERVING;
         else {
@@ -55,8 +57,8 @@ int cmd_diff(int argc, char **argv) {
             return 2;
         }
     }
-    if (!model || !input || !b_name) {
-        fprintf(stderr, "inkling-moe diff: --model, --input and --against are required\n");
+    if (!model || !input || !a_name) {
+        fprintf(stderr, "inkling-moe diff: --model, --input and --backend are required\n");
         usage(stderr);
         return 2;
     }
@@ -89,8 +91,8 @@ int cmd_diff(int argc, char **argv) {
     opt.precision = prec;
     moe_run ra, rb;
     memset(&rb, 0, sizeof rb);
-    st = moe_run_path(a, &opt, &cfg, &w, MOE_SPLIT_NONE, 1, 0, T, x, true, &ra, &err);
-    if (!st) st = moe_run_path(b, &opt, &cfg, &w, kind, n, pad, T, x, true, &rb, &err);
+    st = moe_run_path(a, &opt, &cfg, &w, kind, n, pad, T, x, true, &ra, &err);
+    if (!st) st = moe_run_path(b, &opt, &cfg, &w, MOE_SPLIT_NONE, 1, 0, T, x, true, &rb, &err);
     int rc = 2;
     if (st) {
         fprintf(stderr, "inkling-moe diff: %s\n", err.msg);
