@@ -14,6 +14,7 @@
 #include "../common/safetensors.h"
 #include "commands.h"
 #include "compare.h"
+#include "mutants.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +23,8 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: inkling-moe diff --model DIR [--layer L] --input FILE --backend A [--against B]\n"
                "                        [--tp N | --ep N] [--pad-inter P] [--precision exact|serving]\n"
-               "  A runs with the split, B (default ref) unsplit; both are judged stage by stage\n");
+               "  A runs with the split, B (default ref) unsplit; both are judged stage by stage;\n"
+               "  A or B may be a planted-bug path, mutant:NAME (inkling-moe fuzz --selftest lists them)\n");
 }
 
 int cmd_diff(int argc, char **argv) {
@@ -62,7 +64,9 @@ int cmd_diff(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    const moe_backend *a = moe_backend_find(a_name), *b = moe_backend_find(b_name);
+    /* a planted-bug path (mutant:NAME) shows what a divergence looks like on real files */
+    const moe_backend *a = moe_backend_find(a_name) ? moe_backend_find(a_name) : moe_mutant_find(a_name);
+    const moe_backend *b = moe_backend_find(b_name) ? moe_backend_find(b_name) : moe_mutant_find(b_name);
     if (!a || !b) {
         fprintf(stderr, "inkling-moe diff: unknown backend '%s'\n", a ? b_name : a_name);
         return 2;

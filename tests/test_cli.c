@@ -24,7 +24,7 @@
 extern char **environ;
 
 static char tool[1024];
-static char dir[512], input[700], out_path[700], err_path[700];
+static char dir[512], input[700], out_path[700], err_path[700], out_text_path[700];
 
 static const moe_config cfg = {.D = 64, .I = 64, .R = 6, .K = 2, .S = 2, .route_scale = 8.0f,
                                .has_gate_bias = true, .has_global_scale = true,
@@ -32,18 +32,19 @@ static const moe_config cfg = {.D = 64, .I = 64, .R = 6, .K = 2, .S = 2, .route_
 enum { T = 5 };
 static uint16_t x[T * 64];
 
-/* Runs the tool with args (NULL-terminated); stderr goes to err_path. Returns the exit status. */
-static int run_tool(const char *const *args) {
+/* Runs `inkling-moe command args...` (args NULL-terminated); stdout goes to out_text_path,
+ * stderr to err_path. Returns the exit status. */
+static int run_command(const char *command, const char *const *args) {
     const char *argv[32];
     int n = 0;
     argv[n++] = tool;
-    argv[n++] = "run";
+    argv[n++] = command;
     for (int i = 0; args[i] && n < 31; i++) argv[n++] = args[i];
     argv[n] = NULL;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out_text_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     pid_t pid;
     int rc = posix_spawn(&pid, tool, &fa, NULL, (char *const *)argv, environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -52,6 +53,18 @@ static int run_tool(const char *const *args) {
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status)) fail_msg("%s did not exit normally (signal %d)", tool, WTERMSIG(status));
     return WEXITSTATUS(status);
+}
+
+static int run_tool(const char *const *args) { return run_command("run", args); }
+
+/* The text a command wrote to stdout or stderr (static buffer). */
+static const char *text_of(const char *path) {
+    static char text[8192];
+    FILE *f = fopen(path, "rb");
+    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[len] = '\0';
+    return text;
 }
 
 /* The tool must fail: non-zero exit, one stderr line holding frag, no output file. */
@@ -87,6 +100,7 @@ static int setup(void **state) {
     snprintf(input, sizeof input, "%s/input.safetensors", dir);
     snprintf(out_path, sizeof out_path, "%s/out.safetensors", dir);
     snprintf(err_path, sizeof err_path, "%s/stderr.txt", dir);
+    snprintf(out_text_path, sizeof out_text_path, "%s/stdout.txt", dir);
     moe_random_input(T, cfg.D, 3, x);
     return fixture_write_input(input, T, cfg.D, x);
 }
@@ -244,6 +258,24 @@ static void test_tool_on_every_golden_case(void **state) {
     if (failures) fail_msg("%d of %d tool runs on golden cases failed", failures, runs);
 }
 
+/* diff on a golden checkpoint: the reference split against itself unsplit agrees (exit 0); a
+ * planted bug diverges (exit 1) and the report names the stage; a missing path is usage (2). */
+static void test_diff(void **state) {
+    (void)state;
+    need_tool();
+    if (!is_dir(CASES_DIR "/ep3_padding")) skip();
+    const char *model = CASES_DIR "/ep3_padding/model", *in = CASES_DIR "/ep3_padding/input.safetensors";
+    const char *agree[] = {"--model", model, "--input", in, "--backend", "ref", "--ep", "3", NULL};
+    assert_int_equal(run_command("diff", agree), 0);
+    assert_non_null(strstr(text_of(out_text_path), "ok: ref/serving/ep3 and ref/serving"));
+    const char *planted[] = {"--model", model, "--input", in, "--backend", "mutant:gate_up_swap", NULL};
+    assert_int_equal(run_command("diff", planted), 1);
+    assert_non_null(strstr(text_of(out_text_path), "first diverging stage"));
+    const char *unknown[] = {"--model", model, "--input", in, "--backend", "nope", NULL};
+    assert_int_equal(run_command("diff", unknown), 2);
+    assert_non_null(strstr(text_of(err_path), "unknown backend 'nope'"));
+}
+
 static void test_usage_errors(void **state) {
     (void)state;
     need_tool();
@@ -320,6 +352,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_and_good_run),
         cmocka_unit_test(test_tool_on_every_golden_case),
+        cmocka_unit_test(test_diff),
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_broken_files),
     };
