@@ -61,30 +61,48 @@ static moe_status config_flag(const char *label, const cJSON *obj, const char *f
     return MOE_OK;
 }
 
+/* Appends the strings of quantization_config.<field> (absent or null: nothing) to mc->exclude. */
+static moe_status add_exclude_list(const char *label, const cJSON *qc, const char *field,
+                                   moe_model_config *mc, moe_error *err) {
+    const cJSON *ex = cJSON_GetObjectItemCaseSensitive(qc, field);
+    if (!ex || cJSON_IsNull(ex)) return MOE_OK;
+    if (!cJSON_IsArray(ex))
+        return moe_fail(err, MOE_ERR_CONFIG, "%s: config field quantization_config.%s: not an array",
+                        label, field);
+    int n = 0;
+    for (const cJSON *e = ex->child; e; e = e->next) n++;
+    char **grown = realloc(mc->exclude, (size_t)(mc->n_exclude + n + 1) * sizeof *grown);
+    if (!grown) return moe_fail(err, MOE_ERR_NOMEM, "%s: out of memory", label);
+    mc->exclude = grown;
+    int i = 0;
+    for (const cJSON *e = ex->child; e; e = e->next, i++) {
+        if (!cJSON_IsString(e))
+            return moe_fail(err, MOE_ERR_CONFIG,
+                            "%s: config field quantization_config.%s[%d]: not a string", label,
+                            field, i);
+        if (!(mc->exclude[mc->n_exclude] = strdup(e->valuestring)))
+            return moe_fail(err, MOE_ERR_NOMEM, "%s: out of memory", label);
+        mc->n_exclude++;
+    }
+    size_t used = strlen(mc->exclude_field);
+    snprintf(mc->exclude_field + used, sizeof mc->exclude_field - used, "%s%s",
+             used ? " / quantization_config." : "quantization_config.", field);
+    return MOE_OK;
+}
+
+/* Quark's "exclude" and ModelOpt's "exclude_modules" (the NVFP4 releases) mean the same thing:
+ * both lists are read, as one. */
 static moe_status parse_quant_config(const char *label, const cJSON *qc, moe_model_config *mc,
                                      moe_error *err) {
     if (!cJSON_IsObject(qc))
         return moe_fail(err, MOE_ERR_CONFIG, "%s: config field quantization_config: not an object",
                         label);
     mc->has_quant_config = true;
-    const cJSON *ex = cJSON_GetObjectItemCaseSensitive(qc, "exclude");
-    if (!ex || cJSON_IsNull(ex)) return MOE_OK;
-    if (!cJSON_IsArray(ex))
-        return moe_fail(err, MOE_ERR_CONFIG,
-                        "%s: config field quantization_config.exclude: not an array", label);
-    int n = cJSON_GetArraySize(ex);
-    mc->exclude = calloc((size_t)(n ? n : 1), sizeof *mc->exclude);
-    if (!mc->exclude) return moe_fail(err, MOE_ERR_NOMEM, "%s: out of memory", label);
-    for (const cJSON *e = ex->child; e; e = e->next) {
-        if (!cJSON_IsString(e))
-            return moe_fail(err, MOE_ERR_CONFIG,
-                            "%s: config field quantization_config.exclude[%d]: not a string", label,
-                            mc->n_exclude);
-        if (!(mc->exclude[mc->n_exclude] = strdup(e->valuestring)))
-            return moe_fail(err, MOE_ERR_NOMEM, "%s: out of memory", label);
-        mc->n_exclude++;
-    }
-    return MOE_OK;
+    moe_status st = add_exclude_list(label, qc, "exclude", mc, err);
+    if (!st) st = add_exclude_list(label, qc, "exclude_modules", mc, err);
+    if (!st && !mc->exclude_field[0])
+        snprintf(mc->exclude_field, sizeof mc->exclude_field, "quantization_config.exclude");
+    return st;
 }
 
 static moe_status parse_config(const char *label, const cJSON *root, moe_model_config *mc,
@@ -154,6 +172,29 @@ bool moe_model_config_excludes(const moe_model_config *mc, const char *module) {
         if (n && !strncmp(e, module, n) && module[n] == '.') return true;
     }
     return false;
+}
+
+static bool lists_exactly(const moe_model_config *mc, const char *name) {
+    for (int i = 0; i < mc->n_exclude; i++)
+        if (!strcmp(mc->exclude[i], name)) return true;
+    return false;
+}
+
+moe_status moe_model_config_experts_excluded(const moe_model_config *mc, const char *module,
+                                             bool *excluded, moe_error *err) {
+    *excluded = moe_model_config_excludes(mc, module);
+    if (*excluded) return MOE_OK;
+    char w13[192], w2[192];
+    snprintf(w13, sizeof w13, "%s.w13_weight", module);
+    snprintf(w2, sizeof w2, "%s.w2_weight", module);
+    bool has13 = lists_exactly(mc, w13), has2 = lists_exactly(mc, w2);
+    if (has13 != has2)
+        return moe_fail(err, MOE_ERR_CONFIG,
+                        "config field %s lists %s but not %s: the routed experts are excluded "
+                        "only when both %s and %s are listed (or the module %s)",
+                        mc->exclude_field, has13 ? w13 : w2, has13 ? w2 : w13, w13, w2, module);
+    *excluded = has13 && has2;
+    return MOE_OK;
 }
 
 /* ---------------------------------------------------------------- the directory */
@@ -497,17 +538,19 @@ static moe_status routed_format(layer_ctx *lc, const moe_model_config *mc, moe_r
     if (!mc->has_quant_config) return MOE_OK;
     char module[128];
     snprintf(module, sizeof module, "%sexperts", lc->prefix);
-    bool excluded = moe_model_config_excludes(mc, module);
+    bool excluded;
+    moe_status st = moe_model_config_experts_excluded(mc, module, &excluded, err);
+    if (st) return st;
     if (excluded && *fmt == MOE_ROUTED_MXFP4)
         return moe_fail(err, MOE_ERR_DTYPE,
-                        "tensor %s: stored as MXFP4 (U8), but config field "
-                        "quantization_config.exclude lists %s, so bf16 was expected",
-                        t->name, module);
+                        "tensor %s: stored as MXFP4 (U8), but config field %s excludes %s from "
+                        "quantization, so bf16 was expected",
+                        t->name, mc->exclude_field, module);
     if (!excluded && *fmt == MOE_ROUTED_BF16)
         return moe_fail(err, MOE_ERR_DTYPE,
-                        "tensor %s: stored as BF16, but config field quantization_config.exclude "
-                        "does not list %s, so MXFP4 was expected",
-                        t->name, module);
+                        "tensor %s: stored as BF16, but config field %s lists neither %s nor both "
+                        "of its weights, so MXFP4 was expected",
+                        t->name, mc->exclude_field, module);
     return MOE_OK;
 }
 

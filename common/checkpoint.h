@@ -11,7 +11,8 @@
  *     holds each tensor) or else one model.safetensors; only the files that hold the layer's
  *     tensors are opened, and only their headers are read when they are;
  *   - the routed format comes from the dtype of experts.w13_weight (U8: MXFP4, BF16: bf16) and
- *     is cross-checked against quantization_config.exclude when that config is present;
+ *     is cross-checked against quantization_config.exclude (Quark) and exclude_modules
+ *     (ModelOpt) when that config is present;
  *   - every inconsistency fails with a message naming the tensor or config field.
  * A shard built from the view with moe_shard_build reads only the rank's slab of the files.
  */
@@ -30,7 +31,8 @@ typedef struct {
     int global_scale_flag;    /* use_global_scale: 1 true, 0 false, -1 absent */
     bool has_quant_config;    /* a top-level quantization_config is present */
     int n_exclude;
-    char **exclude;           /* [n_exclude] quantization_config.exclude entries */
+    char **exclude;           /* [n_exclude] quantization_config.exclude and exclude_modules */
+    char exclude_field[80];   /* the field(s) the entries came from, for messages */
 } moe_model_config;
 
 /* Parses config.json text [len] (need not be NUL-terminated). label names it in messages. */
@@ -42,6 +44,13 @@ void moe_model_config_free(moe_model_config *mc);
  * an entry equal to it, an fnmatch pattern matching it, or a module path that contains it
  * (an entry "model.llm.layers.2" excludes everything under that layer). */
 bool moe_model_config_excludes(const moe_model_config *mc, const char *module);
+
+/* Whether the routed experts module (".../mlp.experts") are excluded from quantization: a module
+ * entry covers it (moe_model_config_excludes), or both weight names module.w13_weight and
+ * module.w2_weight are listed exactly (not as patterns or prefixes), as the MXFP4 release lists
+ * its first MoE layer. One weight name without the other is an error naming both. */
+moe_status moe_model_config_experts_excluded(const moe_model_config *mc, const char *module,
+                                             bool *excluded, moe_error *err);
 
 typedef struct {
     char *dir;

@@ -68,6 +68,7 @@ DEFAULTS = dict(
     nested=False,
     quant_config=True,          # quantization_config with DEFAULT_EXCLUDE (+ bf16 layers)
     extra_exclude=(),
+    exclude_form="module",      # how bf16 layers are excluded: see EXCLUDE_FORMS
     sharded=False,
     extra_layers=(),            # further MoE layers stored in the same checkpoint
     hook=None,
@@ -315,6 +316,39 @@ CASES = [
          extra_exclude=("model.llm.layers.4.mlp.gate", "model.llm.layers.4.mlp.shared_experts")),
 ]
 
+# ---------------------------------------------------------------------------
+# quantization_config exclusion forms (the MXFP4 release's first MoE layer, ModelOpt)
+
+# The entries that exclude a bf16 layer L, by form: the experts module; the release's form, the
+# two expert weight names exactly (plus its shared-expert pattern); ModelOpt's exclude_modules.
+EXCLUDE_FORMS = {
+    "module": lambda L: ["model.llm.layers.%d.mlp.experts" % L],
+    "weights": lambda L: ["model.llm.layers.%d.mlp.experts.w13_weight" % L,
+                          "model.llm.layers.%d.mlp.experts.w2_weight" % L,
+                          "model.llm.layers.%d.mlp.shared_experts.*" % L],
+    "modelopt": lambda L: ["model.llm.layers.%d.mlp.experts" % L],
+}
+
+CASES += [
+    case("exclude_weight_names", 140,
+         "Layer 2 bf16, excluded as the MXFP4 release lists it: the two expert weight names exactly "
+         "(plus shared_experts.*), not the module.",
+         layer=2, experts="bf16", T=12, exclude_form="weights"),
+    case("exclude_weight_names_tp2", 141,
+         "The release's weight-name exclusion of bf16 layer 2, under TP 2.",
+         layer=2, experts="bf16", I=64, T=8, split=("tp", 2), exclude_form="weights"),
+    case("exclude_weight_names_ep2", 142,
+         "The release's weight-name exclusion of bf16 layer 2, under EP 2.",
+         layer=2, experts="bf16", R=8, T=8, split=("ep", 2), exclude_form="weights"),
+    case("exclude_modules_modelopt", 143,
+         "ModelOpt's quantization_config.exclude_modules (NVFP4 releases) excluding bf16 layer 2's experts module.",
+         layer=2, experts="bf16", T=8, exclude_form="modelopt"),
+    case("exclude_weight_names_two_layers", 144,
+         "Two MoE layers: bf16 layer 2 excluded by its two weight names, MXFP4 layer 3 not excluded; "
+         "expected is layer 3 (--layer required).",
+         layer=3, extra_layers=(2,), T=8, exclude_form="weights"),
+]
+
 CHECKS = {
     "ties_at_k_boundary": check_ties,
     "logits_far_negative": check_far_negative,
@@ -415,13 +449,18 @@ def make_config(c, bf16_layers):
         cfg = dict(text)
         cfg["architectures"] = ["InklingForCausalLM"]
     if c["quant_config"]:
-        excl = list(DEFAULT_EXCLUDE)
+        form = c["exclude_form"]
+        excl = list(DEFAULT_EXCLUDE) if form == "module" else ["lm_head"]
         for L in bf16_layers:
-            name = "model.llm.layers.%d.mlp.experts" % L
-            if name not in excl:
-                excl.append(name)
+            for name in EXCLUDE_FORMS[form](L):
+                if name not in excl:
+                    excl.append(name)
         excl += list(c["extra_exclude"])
-        cfg["quantization_config"] = {"quant_method": "quark", "exclude": excl}
+        if form == "modelopt":
+            cfg["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4",
+                                          "exclude_modules": excl}
+        else:
+            cfg["quantization_config"] = {"quant_method": "quark", "exclude": excl}
     return cfg
 
 
@@ -430,6 +469,8 @@ def make_config(c, bf16_layers):
 
 def features_of(c):
     f = set(c["features"])
+    if c["quant_config"] and c["exclude_form"] != "module":
+        f.add("exclude_" + c["exclude_form"])
     f.add(c["experts"] if c["experts"] == "mxfp4" else "bf16_experts")
     if c["experts"] == "mxfp4":
         f.add("scales_flat" if c["scales"] == "flat" else "scales_3d")

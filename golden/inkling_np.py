@@ -497,7 +497,12 @@ def load_layer(model_dir, layer_idx):
     mx = w13.dtype == np.uint8
     qc = cfg["quantization_config"]
     if qc is not None:
-        excluded = (p + "experts").rstrip(".") in set(qc.get("exclude", []))
+        # Quark's exclude and ModelOpt's exclude_modules; the module, or both weight names exactly
+        listed = set(qc.get("exclude") or []) | set(qc.get("exclude_modules") or [])
+        names = {p + "experts.w13_weight", p + "experts.w2_weight"}
+        if len(names & listed) == 1:
+            raise SpecError("quantization_config: only one of %s listed" % " and ".join(sorted(names)))
+        excluded = (p + "experts") in listed or names <= listed
         if excluded == mx:
             raise SpecError("quantization_config: %sexperts listed as %s but stored as %s"
                             % (p, "bf16" if excluded else "MXFP4", "MXFP4" if mx else "bf16"))

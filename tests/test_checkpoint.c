@@ -3,7 +3,8 @@
  *
  * Rules checked: config.json at the top level or under text_config, both spellings of the
  * MoE width (moe_intermediate_size wins), each missing or mistyped field and K > R named;
- * the quantization_config exclude rules; a written layer loads back byte for byte as a view
+ * the quantization_config exclude rules (module entries, the two expert weight names, ModelOpt's
+ * exclude_modules, one weight name alone an error naming both); a written layer loads back byte for byte as a view
  * into the mapping (both scale layouts, F32 or BF16 global scale, bf16 experts) and a shard
  * cut from it equals one cut from the original arrays; every missing tensor, wrong shape and
  * wrong dtype is named; the flag/tensor agreement; NaN and overflowing scales are named by
@@ -140,6 +141,71 @@ static void test_exclude_rules(void **state) {
     assert_false(moe_model_config_excludes(&mc, "model.llm.layers.20.mlp.experts")); /* not "2" */
     assert_false(moe_model_config_excludes(&mc, "model.llm.layers.70.mlp.experts")); /* not "7" */
     moe_model_config_free(&mc);
+}
+
+/* The MXFP4 release lists its first MoE layer's two expert weights by name; ModelOpt's
+ * exclude_modules means what Quark's exclude means. */
+static void test_exclude_weight_names(void **state) {
+    (void)state;
+    moe_model_config mc;
+    moe_error err = {0};
+    char text[1024];
+    bool ex;
+    edited("hidden_size",
+           "64, \"quantization_config\": {\"exclude\": [\"model.llm.layers.2.mlp.experts.w13_weight\","
+           " \"model.llm.layers.2.mlp.experts.w2_weight\", \"model.llm.layers.2.mlp.shared_experts.*\"]}",
+           text, sizeof text);
+    assert_int_equal(parse(text, &mc, &err), MOE_OK);
+    assert_int_equal(moe_model_config_experts_excluded(&mc, "model.llm.layers.2.mlp.experts", &ex, &err), MOE_OK);
+    assert_true(ex);
+    assert_int_equal(moe_model_config_experts_excluded(&mc, "model.llm.layers.3.mlp.experts", &ex, &err), MOE_OK);
+    assert_false(ex);
+    /* exact names: layer 20 is not covered by layer 2's weight names */
+    assert_int_equal(moe_model_config_experts_excluded(&mc, "model.llm.layers.20.mlp.experts", &ex, &err), MOE_OK);
+    assert_false(ex);
+    assert_false(moe_model_config_excludes(&mc, "model.llm.layers.2.mlp.experts")); /* not a module entry */
+    moe_model_config_free(&mc);
+
+    /* one of the two names alone: an error naming both, whichever is listed */
+    static const char *const alone[2] = {"w13_weight", "w2_weight"};
+    for (int i = 0; i < 2; i++) {
+        char body[256];
+        snprintf(body, sizeof body,
+                 "64, \"quantization_config\": {\"exclude\": [\"model.llm.layers.2.mlp.experts.%s\"]}",
+                 alone[i]);
+        edited("hidden_size", body, text, sizeof text);
+        assert_int_equal(parse(text, &mc, &err), MOE_OK);
+        assert_int_equal(moe_model_config_experts_excluded(&mc, "model.llm.layers.2.mlp.experts", &ex, &err),
+                         MOE_ERR_CONFIG);
+        assert_non_null(strstr(err.msg, "model.llm.layers.2.mlp.experts.w13_weight"));
+        assert_non_null(strstr(err.msg, "model.llm.layers.2.mlp.experts.w2_weight"));
+        assert_non_null(strstr(err.msg, "quantization_config.exclude"));
+        /* another layer is not affected by it */
+        assert_int_equal(moe_model_config_experts_excluded(&mc, "model.llm.layers.3.mlp.experts", &ex, &err), MOE_OK);
+        assert_false(ex);
+        moe_model_config_free(&mc);
+    }
+
+    /* ModelOpt: exclude_modules, module entries and weight names alike; merged with exclude */
+    edited("hidden_size",
+           "64, \"quantization_config\": {\"quant_algo\": \"NVFP4\", \"exclude\": [\"lm_head\"],"
+           " \"exclude_modules\": [\"model.llm.layers.4.mlp.experts\","
+           " \"model.llm.layers.6.mlp.experts.w2_weight\", \"model.llm.layers.6.mlp.experts.w13_weight\"]}",
+           text, sizeof text);
+    assert_int_equal(parse(text, &mc, &err), MOE_OK);
+    assert_int_equal(mc.n_exclude, 4);
+    assert_string_equal(mc.exclude_field, "quantization_config.exclude / quantization_config.exclude_modules");
+    assert_true(moe_model_config_excludes(&mc, "model.llm.layers.4.mlp.experts"));
+    assert_int_equal(moe_model_config_experts_excluded(&mc, "model.llm.layers.6.mlp.experts", &ex, &err), MOE_OK);
+    assert_true(ex);
+    assert_int_equal(moe_model_config_experts_excluded(&mc, "model.llm.layers.5.mlp.experts", &ex, &err), MOE_OK);
+    assert_false(ex);
+    moe_model_config_free(&mc);
+    edited("hidden_size", "64, \"quantization_config\": {\"exclude_modules\": {}}", text, sizeof text);
+    expect_config_error(text, "quantization_config.exclude_modules");
+    edited("hidden_size", "64, \"quantization_config\": {\"exclude\": [], \"exclude_modules\": [\"a\", 2]}",
+           text, sizeof text);
+    expect_config_error(text, "quantization_config.exclude_modules[1]");
 }
 
 /* ---------------------------------------------------------------- layers on disk */
@@ -320,6 +386,47 @@ static void test_config_disagrees_with_tensors(void **state) {
     drop_fixture(&fx);
 }
 
+/* The weight-name forms on disk: bf16 layer 2 listed by its two weight names (Quark) or its
+ * module (ModelOpt) loads; one name alone fails naming both; MXFP4 layer 3 listed by name fails. */
+static void check_weight_name_forms(const moe_config *bf) {
+    static const char *const head =
+        "{\"hidden_size\": 64, \"intermediate_size\": 64, \"n_routed_experts\": 6,"
+        " \"num_experts_per_tok\": 2, \"n_shared_experts\": 2, \"route_scale\": 8,"
+        " \"quantization_config\": ";
+    static const char *const forms[4] = {
+        "{\"exclude\": [\"model.llm.layers.L.mlp.experts.w13_weight\", \"model.llm.layers.L.mlp.experts.w2_weight\","
+        " \"model.llm.layers.L.mlp.shared_experts.*\"]}}",
+        "{\"exclude_modules\": [\"lm_head\", \"model.llm.layers.L.mlp.experts\"]}}",
+        "{\"exclude\": [\"model.llm.layers.L.mlp.experts.w2_weight\"]}}",
+        "{\"exclude_modules\": [\"model.llm.layers.L.mlp.experts.w13_weight\", \"model.llm.layers.L.mlp.experts.w2_weight\"]}}",
+    };
+    for (int i = 0; i < 4; i++) {
+        char text[1024], body[512];
+        snprintf(body, sizeof body, "%s", forms[i]);
+        for (char *p = body; (p = strstr(p, "layers.L.")); p += 7) p[7] = i == 3 ? '3' : '2';
+        snprintf(text, sizeof text, "%s%s", head, body);
+        fixture fx;
+        make_fixture(&fx, i == 3 ? &mx_cfg : bf, &(fixture_opts){.layer = i == 3 ? 3 : 2, .config_json = text});
+        if (i < 2) {
+            moe_checkpoint ck;
+            moe_error err = {0};
+            moe_config got;
+            moe_weights w;
+            assert_int_equal(moe_checkpoint_open(fx.model, &ck, &err), MOE_OK);
+            if (moe_checkpoint_layer(&ck, 2, NULL, &got, &w, &err)) fail_msg("form %d: %s", i, err.msg);
+            assert_int_equal(got.routed_format, MOE_ROUTED_BF16);
+            assert_memory_equal(w.w13_bf16, fx.ld.w13_bf16, (size_t)6 * 128 * 64 * 2);
+            moe_checkpoint_close(&ck);
+        } else if (i == 2) {
+            expect_load_error(fx.model, 2, "lists model.llm.layers.2.mlp.experts.w2_weight but not "
+                              "model.llm.layers.2.mlp.experts.w13_weight", "quantization_config.exclude");
+        } else {
+            expect_load_error(fx.model, 3, "stored as MXFP4", "quantization_config.exclude_modules");
+        }
+        drop_fixture(&fx);
+    }
+}
+
 static void test_quantization_cross_check(void **state) {
     (void)state;
     fixture fx;
@@ -337,6 +444,7 @@ static void test_quantization_cross_check(void **state) {
     make_fixture(&fx, &bf, &(fixture_opts){.layer = 2, .config_json = text});
     expect_load_error(fx.model, -1, "model.llm.layers.2.mlp.experts.w13_weight", "MXFP4 was expected");
     drop_fixture(&fx);
+    check_weight_name_forms(&bf);
 }
 
 /* Loads and cuts rank 0 of an unsplit layer; expects the shard build to fail naming frag. */
@@ -448,6 +556,7 @@ int main(void) {
         cmocka_unit_test(test_config_nested_and_hf_spelling),
         cmocka_unit_test(test_config_missing_and_bad_fields),
         cmocka_unit_test(test_exclude_rules),
+        cmocka_unit_test(test_exclude_weight_names),
         cmocka_unit_test(test_layer_round_trip),
         cmocka_unit_test(test_each_missing_wrong_shape_wrong_dtype),
         cmocka_unit_test(test_config_disagrees_with_tensors),
