@@ -11,6 +11,14 @@
  *     a new workspace is filled with 0xFF bytes (NaN), so reading an unwritten element shows;
  *   - the host waits only at the end of forward(), for the copies back (stage copies and the
  *     output are queued on the routed stream; pageable copies complete before returning);
+ *   - every device operation of a layer is queued on one of its two streams, never on the legacy
+ *     default stream: the streams are non-blocking, so they do not wait for work queued there.
+ *     (The weight uploads and the workspace poison once went through cudaMemcpy / cudaMemset on
+ *     the legacy stream; a pageable cudaMemcpy may return before its DMA lands and cudaMemset
+ *     returns at once, so the gate could read weights not yet written and the 0xFF poison could
+ *     land on x or the logits after the routed stream wrote them: NaN now and then, depending on
+ *     what the device was still doing. docs/cuda-path.md, "Streams and the legacy stream".)
+ *     create() returns only once its uploads have landed;
  *   - routed chain on one stream: upload x, gate logits, routing, grouping, GEMM1+SwiGLU,
  *     GEMM2, combine; sink chain on a second stream, started after the upload and joined
  *     before the combine, so the sinks overlap the routed experts;
@@ -152,44 +160,56 @@ void cuda_destroy(void *p) {
     free(s);
 }
 
-/* Copies n bytes of host memory to a new device buffer (NULL host or n = 0: nothing). */
-moe_status upload(void **dst, const void *src, size_t n, const char *name, moe_error *err) {
+/* Queues a copy of n bytes of host memory to a new device buffer on stream (NULL host or n = 0:
+ * nothing). The caller synchronises the stream before it frees or reuses src. */
+moe_status upload(void **dst, const void *src, size_t n, const char *name, cudaStream_t stream,
+                  moe_error *err) {
     *dst = NULL;
     if (!src || n == 0) return MOE_OK;
     cudaError_t e = cudaMalloc(dst, n);
-    if (e == cudaSuccess) e = cudaMemcpy(*dst, src, n, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(*dst, src, n, cudaMemcpyHostToDevice, stream);
     if (e != cudaSuccess)
         return moe_fail(err, MOE_ERR_DEVICE, "cuda: uploading %s (%zu bytes) failed: %s", name, n,
                         cudaGetErrorString(e));
     return MOE_OK;
 }
 
+/* Waits for the uploads queued on the routed stream: create() returns with the weights on the
+ * device, and the host buffers they came from may be freed. */
+moe_status landed(cuda_state *s, moe_error *err) {
+    CUDA_TRY(cudaStreamSynchronize(s->routed));
+    return MOE_OK;
+}
+
 moe_status upload_weights(cuda_state *s, const moe_shard *sh, moe_error *err) {
     const size_t D = (size_t)s->D, IL = (size_t)s->IL, E = (size_t)s->E, S = (size_t)s->S;
     const size_t SIL = (size_t)s->SIL;
-    moe_status st = upload((void **)&s->gate_w, sh->gate_w, (size_t)s->G * D * 2, "gate_w", err);
-    if (!st) st = upload((void **)&s->gate_bias, sh->gate_bias, (size_t)s->R * 4, "gate_bias", err);
+    cudaStream_t up = s->routed;
+    moe_status st = upload((void **)&s->gate_w, sh->gate_w, (size_t)s->G * D * 2, "gate_w", up, err);
+    if (!st) st = upload((void **)&s->gate_bias, sh->gate_bias, (size_t)s->R * 4, "gate_bias", up, err);
     moe_cuda_experts *ex = &s->experts;
     ex->E = s->E, ex->D = s->D, ex->IL = s->IL;
     ex->mxfp4 = sh->cfg.routed_format == MOE_ROUTED_MXFP4;
     if (ex->mxfp4) {
-        if (!st) st = upload((void **)&ex->w13_mx, sh->w13_mx, E * 2 * IL * D / 2, "w13 codes", err);
-        if (!st) st = upload((void **)&ex->w13_scale, sh->w13_scale, E * 2 * IL * D / 32, "w13 scales", err);
-        if (!st) st = upload((void **)&ex->w2_mx, sh->w2_mx, E * D * IL / 2, "w2 codes", err);
-        if (!st) st = upload((void **)&ex->w2_scale, sh->w2_scale, E * D * IL / 32, "w2 scales", err);
+        if (!st) st = upload((void **)&ex->w13_mx, sh->w13_mx, E * 2 * IL * D / 2, "w13 codes", up, err);
+        if (!st) st = upload((void **)&ex->w13_scale, sh->w13_scale, E * 2 * IL * D / 32, "w13 scales", up, err);
+        if (!st) st = upload((void **)&ex->w2_mx, sh->w2_mx, E * D * IL / 2, "w2 codes", up, err);
+        if (!st) st = upload((void **)&ex->w2_scale, sh->w2_scale, E * D * IL / 32, "w2 scales", up, err);
     } else {
-        if (!st) st = upload((void **)&ex->w13_bf16, sh->w13_bf16, E * 2 * IL * D * 2, "w13 bf16", err);
-        if (!st) st = upload((void **)&ex->w2_bf16, sh->w2_bf16, E * D * IL * 2, "w2 bf16", err);
+        if (!st) st = upload((void **)&ex->w13_bf16, sh->w13_bf16, E * 2 * IL * D * 2, "w13 bf16", up, err);
+        if (!st) st = upload((void **)&ex->w2_bf16, sh->w2_bf16, E * D * IL * 2, "w2 bf16", up, err);
     }
-    if (!st) st = upload((void **)&s->sink_w13, sh->sink_w13, S * 2 * SIL * D * 2, "sink_w13", err);
-    if (st || S == 0 || SIL == 0) return st;
+    if (!st) st = upload((void **)&s->sink_w13, sh->sink_w13, S * 2 * SIL * D * 2, "sink_w13", up, err);
+    if (st) return st;
+    if (S == 0 || SIL == 0) return landed(s, err);
     /* sink_w2 [S, D, SIL] -> [D, S*SIL]: column s*SIL + j of row d is sink s's W2[d, j]. */
     uint16_t *cat = (uint16_t *)malloc(S * D * SIL * 2);
     if (!cat) return moe_fail(err, MOE_ERR_NOMEM, "cuda: out of memory laying out sink_w2");
     for (size_t sk = 0; sk < S; sk++)
         for (size_t d = 0; d < D; d++)
             memcpy(cat + d * S * SIL + sk * SIL, sh->sink_w2 + (sk * D + d) * SIL, SIL * 2);
-    st = upload((void **)&s->sink_w2, cat, S * D * SIL * 2, "sink_w2", err);
+    st = upload((void **)&s->sink_w2, cat, S * D * SIL * 2, "sink_w2", up, err);
+    if (!st) st = landed(s, err); /* before cat is freed */
     free(cat);
     return st;
 }
@@ -279,7 +299,7 @@ moe_status ensure_workspace(cuda_state *s, int T, moe_error *err) {
     /* Poisoned once per allocation: 0xFF bytes are NaN in bf16 and fp32 and -1 in int32, so a
      * stage that reads an element nothing wrote gives NaN (or a failed check), never plausible
      * stale data. The cost is one memset when the workspace grows. */
-    CUDA_TRY(cudaMemset(s->ws, 0xFF, total));
+    CUDA_TRY(cudaMemsetAsync(s->ws, 0xFF, total, s->routed)); /* the sinks wait on x_ready, after it */
     char *p = (char *)s->ws;
     void **slots[] = {(void **)&s->x,      (void **)&s->logits, (void **)&s->ids,
                       (void **)&s->weights, (void **)&s->bad,   (void **)&s->perm,
