@@ -6,11 +6,13 @@
  *     the type of every field, dtype names, shapes, offsets; the tensors must tile the data
  *     section exactly (sorted by offset, each beginning where the previous one ended);
  *   - every message names the file and, where there is one, the tensor;
- *   - data bytes are never read here: opening a 100 GB checkpoint touches only its header.
+ *   - data bytes are never read here: opening a 100 GB checkpoint touches only its header;
+ *   - files are written through out_file.h: a temporary, fsync, rename, nothing half-written.
  */
 #include "safetensors.h"
 
 #include "numeric.h"
+#include "out_file.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -346,6 +348,26 @@ static uint64_t entry_bytes(const moe_st_entry *e) {
     return n;
 }
 
+/* The 8-byte length, the header padded with spaces to a multiple of 8, then the tensors in
+ * order [n], through the all-or-nothing writer (out_file.h). */
+static moe_status write_file(const char *path, const char *json, const moe_st_entry *const *order,
+                             int n, moe_error *err) {
+    size_t jlen = strlen(json), hlen = jlen + (8 - (8 + jlen) % 8) % 8;
+    uint8_t *head = malloc(8 + hlen);
+    if (!head) return moe_fail(err, MOE_ERR_NOMEM, "safetensors write %s: out of memory", path);
+    for (int i = 0; i < 8; i++) head[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
+    memcpy(head + 8, json, jlen);
+    memset(head + 8 + jlen, ' ', hlen - jlen);
+    moe_out_file out;
+    moe_status st = moe_out_open(path, &out, err);
+    if (!st) st = moe_out_write(&out, head, 8 + hlen, err);
+    for (int i = 0; i < n && !st; i++)
+        st = moe_out_write(&out, order[i]->data, (size_t)entry_bytes(order[i]), err);
+    if (!st) st = moe_out_commit(&out, err);
+    free(head);
+    return st;
+}
+
 moe_status moe_st_write(const char *path, const moe_st_entry *entries, int n, moe_error *err) {
     if (!path || n < 0 || (n && !entries))
         return moe_fail(err, MOE_ERR_ARG, "safetensors write: NULL path or entries");
@@ -368,8 +390,7 @@ moe_status moe_st_write(const char *path, const moe_st_entry *entries, int n, mo
     }
     const moe_st_entry **order = malloc((size_t)(n ? n : 1) * sizeof *order);
     cJSON *root = cJSON_CreateObject();
-    char *json = NULL, *tmp = NULL;
-    FILE *out = NULL;
+    char *json = NULL;
     moe_status st = MOE_OK;
     if (!order || !root) {
         st = moe_fail(err, MOE_ERR_NOMEM, "safetensors write %s: out of memory", path);
@@ -395,43 +416,12 @@ moe_status moe_st_write(const char *path, const moe_st_entry *entries, int n, mo
     }
     if (st) goto done;
     json = cJSON_PrintUnformatted(root);
-    size_t path_len = strlen(path);
-    tmp = malloc(path_len + 5);
-    if (!json || !tmp) {
+    if (!json) {
         st = moe_fail(err, MOE_ERR_NOMEM, "safetensors write %s: out of memory", path);
         goto done;
     }
-    memcpy(tmp, path, path_len);
-    memcpy(tmp + path_len, ".tmp", 5);
-    size_t jlen = strlen(json), hlen = jlen + (8 - (8 + jlen) % 8) % 8; /* pad to 8 with spaces */
-    uint8_t len_bytes[8];
-    for (int i = 0; i < 8; i++) len_bytes[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-    out = fopen(tmp, "wb");
-    if (!out) {
-        st = moe_fail(err, MOE_ERR_IO, "file %s: cannot create: %s", tmp, strerror(errno));
-        goto done;
-    }
-    int ok = fwrite(len_bytes, 1, 8, out) == 8 && fwrite(json, 1, jlen, out) == jlen;
-    for (size_t i = jlen; i < hlen && ok; i++) ok = fputc(' ', out) != EOF;
-    for (int i = 0; i < n && ok; i++) {
-        size_t nb = (size_t)entry_bytes(order[i]);
-        ok = nb == 0 || fwrite(order[i]->data, 1, nb, out) == nb;
-    }
-    int closed = fclose(out);
-    out = NULL;
-    if (!ok || closed) {
-        st = moe_fail(err, MOE_ERR_IO, "file %s: write failed: %s", tmp, strerror(errno));
-        unlink(tmp);
-        goto done;
-    }
-    if (rename(tmp, path)) {
-        st = moe_fail(err, MOE_ERR_IO, "file %s: cannot rename from %s: %s", path, tmp,
-                      strerror(errno));
-        unlink(tmp);
-    }
+    st = write_file(path, json, order, n, err);
 done:
-    if (out) fclose(out);
-    free(tmp);
     free(json);
     cJSON_Delete(root);
     free(order);

@@ -11,8 +11,8 @@
  *     trailing bytes (as the reference Rust implementation requires);
  *   - a file is memory-mapped and only its header is read when it is opened: a tensor's
  *     bytes are touched only when a caller reads them;
- *   - the writer writes NAME.tmp and renames it to NAME, so no partial file is ever left
- *     under NAME; tensors are laid out by element size, largest first, so that every tensor
+ *   - the writer writes a fresh temporary next to NAME, fsyncs it and renames it to NAME
+ *     (common/out_file.h), so no partial file is ever left under NAME; tensors are laid out by element size, largest first, so that every tensor
  *     is aligned to its element size when the data section is (the header is padded to 8).
  */
 #ifndef INKLING_SAFETENSORS_H
@@ -97,7 +97,8 @@ typedef struct {
     const void *data;
 } moe_st_entry;
 
-/* Writes entries [n] to path via path.tmp and rename(). Names must be unique. */
+/* Writes entries [n] to path via a temporary, fsync and rename() (out_file.h). Names must be
+ * unique. */
 moe_status moe_st_write(const char *path, const moe_st_entry *entries, int n, moe_error *err);
 
 #endif /* INKLING_SAFETENSORS_H */

@@ -18,6 +18,7 @@
 #include "../common/checkpoint.h"
 #include "../common/moe.h"
 #include "../common/numeric.h"
+#include "../common/out_file.h"
 #include "../common/safetensors.h"
 
 #include <errno.h>
@@ -128,7 +129,43 @@ static int parse_args(int argc, char **argv, run_args *a) {
     if (!a->model) return fail_line("argument --model: missing (see --help)");
     if (!a->input) return fail_line("argument --input: missing (see --help)");
     if (!a->out) return fail_line("argument --out: missing (see --help)");
+    if (!a->out[0]) return fail_line("argument --out: empty (a file name is needed)");
     return -1;
+}
+
+static int by_string(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* --out must not be any file of the run: the input, config.json, the index, or any file the
+ * weight map names (a shard not read for this layer is still part of the checkpoint). */
+static moe_status refuse_out_on_inputs(const run_args *a, const moe_checkpoint *ck, moe_error *err) {
+    const int cap = ck->n_names + 4;
+    const char **names = calloc((size_t)cap, sizeof *names);
+    char **paths = calloc((size_t)cap, sizeof *paths);
+    moe_status st = names && paths ? MOE_OK : moe_fail(err, MOE_ERR_NOMEM, "run: out of memory");
+    int n = 0, np = 0;
+    if (!st) {
+        names[n++] = "config.json";
+        names[n++] = "model.safetensors.index.json";
+        names[n++] = "model.safetensors";
+        for (int i = 0; i < ck->n_names; i++) names[n++] = ck->name_file[i];
+        qsort(names, (size_t)n, sizeof *names, by_string); /* then one path per distinct file */
+    }
+    for (int i = 0; i < n && !st; i++) {
+        if (i && !strcmp(names[i], names[i - 1])) continue;
+        size_t len = strlen(ck->dir) + strlen(names[i]) + 2;
+        if (!(paths[np] = malloc(len))) st = moe_fail(err, MOE_ERR_NOMEM, "run: out of memory");
+        else snprintf(paths[np++], len, "%s/%s", ck->dir, names[i]);
+    }
+    if (!st) {
+        paths[np] = (char *)a->input;
+        st = moe_out_refuse_same("argument --out", a->out, (const char *const *)paths, np + 1, err);
+    }
+    for (int i = 0; i < np; i++) free(paths[i]);
+    free(paths);
+    free(names);
+    return st;
 }
 
 static moe_status run(const run_args *a, moe_error *err) {
@@ -136,7 +173,11 @@ static moe_status run(const run_args *a, moe_error *err) {
     if (!be) return moe_fail(err, MOE_ERR_ARG, "argument --backend: unknown backend '%s'", a->backend);
     moe_checkpoint ck;
     moe_status st = moe_checkpoint_open(a->model, &ck, err);
-    if (st) return st;
+    if (!st) st = refuse_out_on_inputs(a, &ck, err);
+    if (st) {
+        moe_checkpoint_close(&ck);
+        return st;
+    }
     moe_config cfg;
     moe_weights w;
     uint16_t *x = NULL, *out_bf16 = NULL;

@@ -1,6 +1,8 @@
 /* main.c: inkling-moe, the project's command-line tool: a table of subcommands. */
 #include "commands.h"
 
+#include "../common/out_file.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -18,6 +20,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    moe_out_guard_signals(); /* an interrupted write leaves no temporary behind */
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -15,6 +15,7 @@
 #include "../common/numeric.h"
 #include "../common/safetensors.h"
 
+#include <dirent.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +146,22 @@ static inline int fixture_tempdir(char *dir, size_t len, const char *tag) {
     const char *base = getenv("TMPDIR");
     snprintf(dir, len, "%s/inkling-%s-XXXXXX", base && base[0] ? base : "/tmp", tag);
     return mkdtemp(dir) ? 0 : -1;
+}
+
+/* How many entries of dir (not . and ..) are output temporaries (.NAME.XXXXXXXXXXXX.tmp, from
+ * common/out_file.h); with all set, how many entries there are. -1 if dir cannot be read. */
+static inline int fixture_count_entries(const char *dir, bool all) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *s = e->d_name;
+        size_t len = strlen(s);
+        if (!strcmp(s, ".") || !strcmp(s, "..")) continue;
+        n += all || (s[0] == '.' && len > 4 && !strcmp(s + len - 4, ".tmp"));
+    }
+    closedir(d);
+    return n;
 }
 
 /* rm -r of a directory holding only files and one level of subdirectories made by the tests. */
