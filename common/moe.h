@@ -220,7 +220,9 @@ typedef struct moe_backend {
  * available() == false with the reason. */
 extern const moe_backend moe_backend_ref;
 extern const moe_backend moe_backend_blas;
-extern const moe_backend moe_backend_cuda;
+extern const moe_backend moe_backend_cuda;      /* expert kernels chosen by T */
+extern const moe_backend moe_backend_cuda_wmma; /* the same, tensor-core expert GEMMs forced */
+extern const moe_backend moe_backend_cuda_gemv; /* the same, GEMV expert kernels forced */
 
 int moe_backend_count(void);
 const moe_backend *moe_backend_at(int i);

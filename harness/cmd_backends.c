@@ -14,7 +14,7 @@ int cmd_backends(int argc, char **argv) {
         const moe_backend *b = moe_backend_at(i);
         char why[256] = "";
         bool ok = b->available(why, sizeof why);
-        printf("%-6s %-11s %s%s%s\n", b->name, ok ? "available" : "unavailable", b->description,
+        printf("%-9s %-11s %s%s%s\n", b->name, ok ? "available" : "unavailable", b->description,
                ok ? "" : ": ", ok ? "" : why);
     }
     return 0;

@@ -45,6 +45,7 @@ struct cuda_state {
     const moe_shard *shard;
     int device;
     int D, R, K, S, G, IL, SIL, E, expert_first;
+    moe_cuda_variant variant; /* which expert GEMM kernels (cuda_internal.h) */
     cudaStream_t routed, sinks;
     cudaEvent_t x_ready, route_ready, sinks_done;
     cudaEvent_t timing[EV_COUNT];
@@ -103,8 +104,8 @@ bool cuda_available(char *why, size_t why_len) {
     return false;
 }
 
-bool cuda_supports(const moe_config *cfg, const moe_split *split, const moe_options *opt,
-                   char *why, size_t why_len) {
+bool supports_variant(moe_cuda_variant variant, const moe_config *cfg, const moe_split *split,
+                      const moe_options *opt, char *why, size_t why_len) {
     (void)split;
     if (opt->precision != MOE_PRECISION_SERVING) {
         snprintf(why, why_len, "the CUDA path implements the serving contract only (bf16 g, u, h); "
@@ -116,7 +117,25 @@ bool cuda_supports(const moe_config *cfg, const moe_split *split, const moe_opti
                                "memory and takes at most 51200", cfg->R);
         return false;
     }
+    if (variant == MOE_CUDA_EXPERTS_GEMV && cfg->routed_format != MOE_ROUTED_MXFP4) {
+        snprintf(why, why_len, "the GEMV expert kernels read MXFP4 routed experts only; this "
+                               "layer's are bf16 (use cuda or cuda-wmma)");
+        return false;
+    }
     return true;
+}
+
+bool cuda_supports(const moe_config *cfg, const moe_split *split, const moe_options *opt,
+                   char *why, size_t why_len) {
+    return supports_variant(MOE_CUDA_EXPERTS_AUTO, cfg, split, opt, why, why_len);
+}
+bool cuda_wmma_supports(const moe_config *cfg, const moe_split *split, const moe_options *opt,
+                        char *why, size_t why_len) {
+    return supports_variant(MOE_CUDA_EXPERTS_WMMA, cfg, split, opt, why, why_len);
+}
+bool cuda_gemv_supports(const moe_config *cfg, const moe_split *split, const moe_options *opt,
+                        char *why, size_t why_len) {
+    return supports_variant(MOE_CUDA_EXPERTS_GEMV, cfg, split, opt, why, why_len);
 }
 
 void free_workspace(cuda_state *s) {
@@ -214,7 +233,8 @@ moe_status upload_weights(cuda_state *s, const moe_shard *sh, moe_error *err) {
     return st;
 }
 
-moe_status cuda_create(const moe_shard *sh, const moe_options *opt, void **out, moe_error *err) {
+moe_status create_variant(moe_cuda_variant variant, const moe_shard *sh, const moe_options *opt,
+                          void **out, moe_error *err) {
     *out = NULL;
     if (!device_is_sm90(opt->device))
         return moe_fail(err, MOE_ERR_UNAVAILABLE,
@@ -228,6 +248,7 @@ moe_status cuda_create(const moe_shard *sh, const moe_options *opt, void **out, 
     s->D = c->D, s->R = c->R, s->K = c->K, s->S = c->S, s->G = c->R + c->S;
     s->IL = sh->I_local, s->SIL = sh->sink_I_local;
     s->E = sh->n_local_experts, s->expert_first = sh->expert_first;
+    s->variant = variant;
     moe_status st = MOE_OK;
 #define CREATE_TRY(call)                                                                          \
     do {                                                                                          \
@@ -266,6 +287,18 @@ fail:
     return st;
 }
 
+moe_status cuda_create(const moe_shard *sh, const moe_options *opt, void **out, moe_error *err) {
+    return create_variant(MOE_CUDA_EXPERTS_AUTO, sh, opt, out, err);
+}
+moe_status cuda_wmma_create(const moe_shard *sh, const moe_options *opt, void **out,
+                            moe_error *err) {
+    return create_variant(MOE_CUDA_EXPERTS_WMMA, sh, opt, out, err);
+}
+moe_status cuda_gemv_create(const moe_shard *sh, const moe_options *opt, void **out,
+                            moe_error *err) {
+    return create_variant(MOE_CUDA_EXPERTS_GEMV, sh, opt, out, err);
+}
+
 size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
 /* Carves the per-token buffers for T tokens out of one allocation. */
@@ -282,7 +315,7 @@ moe_status ensure_workspace(cuda_state *s, int T, moe_error *err) {
         t * (K + S) * 4,                                            /* weights */
         t * 4,                                                      /* bad */
         (size_t)s->E * t * 4,                                       /* perm */
-        (size_t)moe_cuda_tile_bound(T, s->K, s->E) * sizeof(moe_cuda_tile), /* tiles */
+        (size_t)moe_cuda_tile_bound(T, s->K, s->E, MOE_CUDA_GEMV_M) * sizeof(moe_cuda_tile), /* tiles */
         t * K * (size_t)s->IL * 2,                                  /* h */
         t * K * D * 4,                                              /* y */
         t * S * 2 * (size_t)s->SIL * 2,                             /* sink_gu */
@@ -443,14 +476,18 @@ moe_status forward_impl(cuda_state *s, int T, const uint16_t *x, float *out, moe
 
     TRY(run_sinks(s, T, timed, err));
 
-    TRY(moe_cuda_group(st, T, K, s->E, s->expert_first, s->ids, s->bad, s->counts, s->perm,
-                       s->tiles, s->n_tiles, err));
+    /* Few rows per expert: stream the weights (GEMV); else tiles on the tensor cores. */
+    const bool gemv = s->variant == MOE_CUDA_EXPERTS_GEMV ||
+                      (s->variant == MOE_CUDA_EXPERTS_AUTO && s->experts.mxfp4 &&
+                       T <= MOE_CUDA_GEMV_MAX_T);
+    TRY(moe_cuda_group(st, T, K, s->E, s->expert_first, gemv ? MOE_CUDA_GEMV_M : MOE_CUDA_TILE_M,
+                       s->ids, s->bad, s->counts, s->perm, s->tiles, s->n_tiles, err));
     TRY(mark(s, timed, EV_GROUP, st, err));
-    TRY(moe_cuda_expert_gemm1(st, &s->experts, T, K, s->x, s->counts, s->perm, s->tiles,
-                              s->n_tiles, s->h, err));
+    TRY((gemv ? moe_cuda_expert_gemv1 : moe_cuda_expert_gemm1)(
+        st, &s->experts, T, K, s->x, s->counts, s->perm, s->tiles, s->n_tiles, s->h, err));
     TRY(mark(s, timed, EV_GEMM1, st, err));
-    TRY(moe_cuda_expert_gemm2(st, &s->experts, T, K, s->h, s->counts, s->perm, s->tiles,
-                              s->n_tiles, s->y, err));
+    TRY((gemv ? moe_cuda_expert_gemv2 : moe_cuda_expert_gemm2)(
+        st, &s->experts, T, K, s->h, s->counts, s->perm, s->tiles, s->n_tiles, s->y, err));
     TRY(mark(s, timed, EV_GEMM2, st, err));
 
     CUDA_TRY(cudaStreamWaitEvent(st, s->sinks_done, 0));
@@ -533,6 +570,29 @@ extern "C" const moe_backend moe_backend_cuda = {
     cuda_available,
     cuda_supports,
     cuda_create,
+    cuda_forward,
+    cuda_route,
+    cuda_destroy,
+};
+
+/* The expert kernels forced one way, so that the harness checks each variant by name. */
+extern "C" const moe_backend moe_backend_cuda_wmma = {
+    "cuda-wmma",
+    "CUDA path with the tensor-core (wmma) expert GEMMs at every T",
+    cuda_available,
+    cuda_wmma_supports,
+    cuda_wmma_create,
+    cuda_forward,
+    cuda_route,
+    cuda_destroy,
+};
+
+extern "C" const moe_backend moe_backend_cuda_gemv = {
+    "cuda-gemv",
+    "CUDA path with the weight-streaming (GEMV) expert kernels at every T (MXFP4 experts)",
+    cuda_available,
+    cuda_gemv_supports,
+    cuda_gemv_create,
     cuda_forward,
     cuda_route,
     cuda_destroy,

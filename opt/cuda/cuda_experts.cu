@@ -235,7 +235,7 @@ template <int STAGE>
 moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
                   const gemm_args &p, moe_error *err) {
     if (T == 0 || ex->E == 0) return MOE_OK;
-    dim3 grid((unsigned)moe_cuda_tile_bound(T, K, ex->E), (unsigned)((p.N + EXPERT_BN - 1) / EXPERT_BN));
+    dim3 grid((unsigned)moe_cuda_tile_bound(T, K, ex->E, MOE_CUDA_TILE_M), (unsigned)((p.N + EXPERT_BN - 1) / EXPERT_BN));
     if (grid.y > 65535u)
         return moe_fail(err, MOE_ERR_UNSUPPORTED, "cuda: expert GEMM%d output width %d too large",
                         STAGE, p.N);

@@ -8,8 +8,9 @@
  *     found by a block-wide prefix sum (no atomics), so the grouping is deterministic;
  *   - a token selects an expert at most once, so a group never holds more than T entries and
  *     perm reserves T entries per expert;
- *   - the tile table lists (expert, first row) for every MOE_CUDA_TILE_M rows of every group,
- *     experts in ascending order, from a prefix sum over the groups' tile counts.
+ *   - the tile table lists (expert, first row) for every tile_m rows of every group (the
+ *     tile size of the expert kernel that reads it), experts in ascending order, from a prefix
+ *     sum over the groups' tile counts.
  */
 #include "cuda_internal.h"
 
@@ -41,18 +42,18 @@ __global__ void group_kernel(int T, int K, int expert_first, const int32_t *ids,
     if (threadIdx.x == 0) counts[el] = base;
 }
 
-/* One block. counts [E] -> tiles [*n_tiles], n_tiles [1]. */
-__global__ void tile_kernel(int E, const int32_t *counts, moe_cuda_tile *tiles,
+/* One block. counts [E] -> tiles [*n_tiles] of tile_m rows, n_tiles [1]. */
+__global__ void tile_kernel(int E, int tile_m, const int32_t *counts, moe_cuda_tile *tiles,
                             int32_t *n_tiles) {
     __shared__ typename block_scan::TempStorage scan_storage;
     int base = 0;
     for (int e0 = 0; e0 < E; e0 += GROUP_THREADS) {
         const int e = e0 + (int)threadIdx.x;
-        const int mine = e < E ? (counts[e] + MOE_CUDA_TILE_M - 1) / MOE_CUDA_TILE_M : 0;
+        const int mine = e < E ? (counts[e] + tile_m - 1) / tile_m : 0;
         int offset, total;
         block_scan(scan_storage).ExclusiveSum(mine, offset, total);
         for (int i = 0; i < mine; i++) {
-            moe_cuda_tile tile = {e, i * MOE_CUDA_TILE_M};
+            moe_cuda_tile tile = {e, i * tile_m};
             tiles[base + offset + i] = tile;
         }
         base += total;
@@ -63,14 +64,14 @@ __global__ void tile_kernel(int E, const int32_t *counts, moe_cuda_tile *tiles,
 
 } // namespace
 
-moe_status moe_cuda_group(cudaStream_t stream, int T, int K, int E, int expert_first,
+moe_status moe_cuda_group(cudaStream_t stream, int T, int K, int E, int expert_first, int tile_m,
                           const int32_t *ids, const int32_t *bad, int32_t *counts,
                           int32_t *perm, moe_cuda_tile *tiles, int32_t *n_tiles,
                           moe_error *err) {
     if (T == 0 || E == 0) return MOE_OK;
     group_kernel<<<E, GROUP_THREADS, 0, stream>>>(T, K, expert_first, ids, bad, counts, perm);
     LAUNCH_CHECK("group_kernel");
-    tile_kernel<<<1, GROUP_THREADS, 0, stream>>>(E, counts, tiles, n_tiles);
+    tile_kernel<<<1, GROUP_THREADS, 0, stream>>>(E, tile_m, counts, tiles, n_tiles);
     LAUNCH_CHECK("tile_kernel");
     return MOE_OK;
 }

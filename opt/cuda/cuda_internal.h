@@ -41,8 +41,17 @@
                             cudaGetErrorString(launch_e));                                        \
     } while (0)
 
-/* Rows of assignments per tile of the grouped expert GEMMs. */
+/* Rows of assignments per tile: the tensor-core expert GEMMs (cuda_experts.cu) take tiles of
+ * MOE_CUDA_TILE_M rows, the weight-streaming kernels (cuda_experts_gemv.cu) tiles of
+ * MOE_CUDA_GEMV_M rows. The grouping writes the tile table for the size the call uses. */
 #define MOE_CUDA_TILE_M 32
+#define MOE_CUDA_GEMV_M 8
+
+/* The expert GEMM variant a layer uses. AUTO picks GEMV for MXFP4 experts while T is at most
+ * MOE_CUDA_GEMV_MAX_T (few rows per expert: the weights' bytes are the floor) and the
+ * tensor-core kernel otherwise; the other two force one (the harness fuzzes each by name). */
+typedef enum { MOE_CUDA_EXPERTS_AUTO, MOE_CUDA_EXPERTS_WMMA, MOE_CUDA_EXPERTS_GEMV } moe_cuda_variant;
+#define MOE_CUDA_GEMV_MAX_T 64
 
 /* One tile of the grouped GEMMs: local expert and first row within that expert's group. */
 typedef struct {
@@ -50,10 +59,11 @@ typedef struct {
     int row0;
 } moe_cuda_tile;
 
-/* Upper bound on the tiles that T*K assignments over E local experts can need. */
-static inline int moe_cuda_tile_bound(int T, int K, int E) {
+/* Upper bound on the tiles that T*K assignments over E local experts can need, tile_m rows a
+ * tile (each expert's last tile may be partial). */
+static inline int moe_cuda_tile_bound(int T, int K, int E, int tile_m) {
     long tk = (long)T * K;
-    long bound = tk / MOE_CUDA_TILE_M + (tk < E ? tk : E) + 1;
+    long bound = tk / tile_m + (tk < E ? tk : E) + 1;
     return (int)bound;
 }
 
@@ -71,9 +81,10 @@ moe_status moe_cuda_route(cudaStream_t stream, int T, int D, int R, int K, int S
 /* ---------------------------------------------------------------- grouping (cuda_group.cu) */
 
 /* Assignments grouped by local expert, ordered by (token, slot) inside each group:
- * ids [T, K], bad [T] -> counts [E], perm [E, T] (assignment indices), tiles [tile_bound],
- * n_tiles [1]. Expert el holds global id expert_first + el. */
-moe_status moe_cuda_group(cudaStream_t stream, int T, int K, int E, int expert_first,
+ * ids [T, K], bad [T] -> counts [E], perm [E, T] (assignment indices), tiles
+ * [moe_cuda_tile_bound(T, K, E, tile_m)] of tile_m rows each, n_tiles [1]. Expert el holds
+ * global id expert_first + el. */
+moe_status moe_cuda_group(cudaStream_t stream, int T, int K, int E, int expert_first, int tile_m,
                           const int32_t *ids, const int32_t *bad, int32_t *counts,
                           int32_t *perm, moe_cuda_tile *tiles, int32_t *n_tiles,
                           moe_error *err);
@@ -100,6 +111,17 @@ moe_status moe_cuda_expert_gemm1(cudaStream_t stream, const moe_cuda_experts *ex
 
 /* GEMM2: h [T*K, IL] bf16 -> y [T*K, D] fp32 for every grouped assignment. */
 moe_status moe_cuda_expert_gemm2(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
+                                 const uint16_t *h, const int32_t *counts, const int32_t *perm,
+                                 const moe_cuda_tile *tiles, const int32_t *n_tiles, float *y,
+                                 moe_error *err);
+
+/* The same two GEMMs as weight-streaming kernels (cuda_experts_gemv.cu), MXFP4 experts only,
+ * on a tile table of MOE_CUDA_GEMV_M rows a tile. Same arguments and results. */
+moe_status moe_cuda_expert_gemv1(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
+                                 const uint16_t *x, const int32_t *counts, const int32_t *perm,
+                                 const moe_cuda_tile *tiles, const int32_t *n_tiles,
+                                 uint16_t *h, moe_error *err);
+moe_status moe_cuda_expert_gemv2(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
                                  const uint16_t *h, const int32_t *counts, const int32_t *perm,
                                  const moe_cuda_tile *tiles, const int32_t *n_tiles, float *y,
                                  moe_error *err);

@@ -4,6 +4,13 @@
  * Built by `make cuda-check` (needs nvcc); run on a machine with an sm_90 GPU.
  *
  *   cuda-check [--small] [--tokens 1,64,4096] [--iters N] [--seed S]
+ *              [--backends cuda,cuda-wmma,cuda-gemv] [--check 1,64]
+ *
+ * With several backends (the CUDA path's variants: the expert kernels chosen by T, or forced
+ * one way) every variant runs on the same layer and inputs, is judged against the same
+ * reference rows and timed the same way: the kernel lab for the expert GEMMs. --check limits
+ * the reference comparison (slow at the real shape: about 30 s a token) to the listed T; the
+ * other T are timed and checked for determinism only.
  *
  * Rules:
  *   - the layer is random (codes uniform over all 16 E2M1 values, scales around the
@@ -115,9 +122,10 @@ static float median(float *v, int n) {
 }
 
 /* Judges the sampled rows of the GPU batch against the reference on those rows. */
-static int check_sample(const moe_config *c, const moe_weights *w, int T, const uint16_t *x,
-                        const float *out, const float *logits, const int32_t *ids,
-                        const float *weights, uint64_t seed) {
+static int check_sample(const moe_backend *b, const moe_config *c, const moe_weights *w, int T,
+                        const uint16_t *x, const float *out, const float *logits,
+                        const int32_t *ids, const float *weights, uint64_t seed, moe_run *ref,
+                        bool *have_ref) {
     int n = T <= 4 ? T : T <= 64 ? 4 : 8;
     const int D = c->D, G = c->R + c->S, K = c->K, S = c->S;
     int *rows = malloc(sizeof(int) * (size_t)n);
@@ -131,8 +139,8 @@ static int check_sample(const moe_config *c, const moe_weights *w, int T, const 
     uint16_t *xs = malloc(sizeof(uint16_t) * (size_t)n * D);
     moe_run gpu;
     memset(&gpu, 0, sizeof gpu);
-    snprintf(gpu.name, sizeof gpu.name, "cuda/serving/T%d", T);
-    gpu.backend = &moe_backend_cuda;
+    snprintf(gpu.name, sizeof gpu.name, "%s/serving/T%d", b->name, T);
+    gpu.backend = b;
     gpu.opt = moe_options_default();
     gpu.split_kind = MOE_SPLIT_NONE, gpu.split_n = 1;
     gpu.T = n, gpu.D = D, gpu.I = c->I, gpu.R = c->R, gpu.K = K, gpu.S = S;
@@ -151,14 +159,16 @@ static int check_sample(const moe_config *c, const moe_weights *w, int T, const 
     }
     moe_error err;
     moe_error_clear(&err);
-    moe_run ref;
     double t0 = now_ms();
-    moe_status st = moe_run_path(&moe_backend_ref, &gpu.opt, c, w, MOE_SPLIT_NONE, 1, 0, n, xs,
-                                 false, &ref, &err);
+    moe_status st = MOE_OK;
+    if (!*have_ref) /* the same rows for every variant: the reference runs once per T */
+        st = moe_run_path(&moe_backend_ref, &gpu.opt, c, w, MOE_SPLIT_NONE, 1, 0, n, xs, false,
+                          ref, &err);
+    *have_ref = *have_ref || !st;
     moe_cmp_case cc = {c, w, n, xs};
     moe_cmp_report rep;
     memset(&rep, 0, sizeof rep);
-    if (!st) st = moe_compare_runs(&cc, &ref, &gpu, NULL, NULL, &rep, &err);
+    if (!st) st = moe_compare_runs(&cc, ref, &gpu, NULL, NULL, &rep, &err);
     int bad = 0;
     if (st) {
         printf("  CHECK ERROR: %s\n", err.msg);
@@ -166,17 +176,16 @@ static int check_sample(const moe_config *c, const moe_weights *w, int T, const 
     } else {
         double max_diff = 0.0, max_ref = 0.0;
         for (size_t i = 0; i < (size_t)n * D; i++) {
-            max_diff = fmax(max_diff, fabs((double)gpu.out[i] - (double)ref.out[i]));
-            max_ref = fmax(max_ref, fabs((double)ref.out[i]));
+            max_diff = fmax(max_diff, fabs((double)gpu.out[i] - (double)ref->out[i]));
+            max_ref = fmax(max_ref, fabs((double)ref->out[i]));
         }
-        printf("  reference on %d tokens: %.1f s; max |gpu - ref| = %.3g (max |ref| %.3g); "
+        printf("  %s: reference on %d tokens (%.1f s); max |gpu - ref| = %.3g (max |ref| %.3g); "
                "envelope: %s\n",
-               n, (now_ms() - t0) * 1e-3, max_diff, max_ref, rep.ok ? "PASS" : "FAIL");
+               b->name, n, (now_ms() - t0) * 1e-3, max_diff, max_ref, rep.ok ? "PASS" : "FAIL");
         if (!rep.ok) {
             moe_cmp_report_print(stdout, &rep);
             bad = 1;
         }
-        moe_run_free(&ref);
     }
     moe_run_free(&gpu);
     free(xs);
@@ -190,10 +199,10 @@ typedef struct {
     double bytes, flops;
 } stage_row;
 
-static int run_tokens(void *state, const moe_config *c, const moe_weights *w, int T, int iters,
-                      uint64_t seed) {
+static int run_tokens(const moe_backend *b, void *state, const moe_config *c, const moe_weights *w,
+                      int T, int iters, uint64_t seed, bool check, moe_run *ref, bool *have_ref) {
     const int D = c->D, G = c->R + c->S, K = c->K, S = c->S, I = c->I;
-    printf("T = %d\n", T);
+    printf("T = %d, %s\n", T, b->name);
     uint16_t *x[ROTATE];
     for (int r = 0; r < ROTATE; r++) {
         x[r] = malloc(sizeof(uint16_t) * ((size_t)T * D + 1));
@@ -208,16 +217,18 @@ static int run_tokens(void *state, const moe_config *c, const moe_weights *w, in
     moe_error_clear(&err);
     moe_stages stg = {logits, ids, weights, NULL, NULL, NULL, NULL, 0};
     int bad = 0;
-    moe_status st = moe_backend_cuda.forward(state, T, x[0], out, &stg, &err);
+    moe_status st = b->forward(state, T, x[0], out, &stg, &err);
     if (st) {
         printf("  FORWARD ERROR: %s\n", err.msg);
         return 1;
     }
-    bad |= check_sample(c, w, T, x[0], out, logits, ids, weights, seed + (uint64_t)T);
+    if (check)
+        bad |= check_sample(b, c, w, T, x[0], out, logits, ids, weights, seed + (uint64_t)T, ref,
+                            have_ref);
 
     int same = 1;
     for (int r = 0; r < 5 && !st; r++) {
-        st = moe_backend_cuda.forward(state, T, x[0], out2, NULL, &err);
+        st = b->forward(state, T, x[0], out2, NULL, &err);
         same = same && memcmp(out, out2, sizeof(float) * (size_t)T * D) == 0;
     }
     printf("  five further runs bitwise identical: %s\n", st ? err.msg : same ? "yes" : "NO");
@@ -292,14 +303,17 @@ static int run_tokens(void *state, const moe_config *c, const moe_weights *w, in
 int main(int argc, char **argv) {
     int small = 0, iters = 30;
     uint64_t seed = 1;
-    char tokens[256] = "1,64,4096";
+    char tokens[256] = "1,64,4096", backends[256] = "cuda", checked[256] = "";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--small") == 0) small = 1, snprintf(tokens, sizeof tokens, "1,33");
         else if (strcmp(argv[i], "--tokens") == 0 && i + 1 < argc) snprintf(tokens, sizeof tokens, "%s", argv[++i]);
         else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) iters = atoi(argv[++i]);
         else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--backends") == 0 && i + 1 < argc) snprintf(backends, sizeof backends, "%s", argv[++i]);
+        else if (strcmp(argv[i], "--check") == 0 && i + 1 < argc) snprintf(checked, sizeof checked, ",%s,", argv[++i]);
         else {
-            fprintf(stderr, "usage: cuda-check [--small] [--tokens 1,64,4096] [--iters N] [--seed S]\n");
+            fprintf(stderr, "usage: cuda-check [--small] [--tokens 1,64,4096] [--iters N] [--seed S] "
+                            "[--backends cuda,cuda-wmma,cuda-gemv] [--check 1,64]\n");
             return 2;
         }
     }
@@ -320,19 +334,42 @@ int main(int argc, char **argv) {
     moe_split none = {MOE_SPLIT_NONE, 1, 0, 0};
     moe_shard sh;
     moe_options opt = moe_options_default();
-    void *state = NULL;
+    enum { MAX_VARIANTS = 8 };
+    const moe_backend *variants[MAX_VARIANTS];
+    void *states[MAX_VARIANTS] = {NULL};
+    int n_variants = 0;
     moe_status st = random_layer(&c, seed, &ld, &err);
     if (!st) st = moe_shard_build(&c, &ld.w, &none, &sh, &err);
-    if (!st) st = moe_backend_cuda.create(&sh, &opt, &state, &err);
+    for (char *name = strtok(backends, ","); name && !st; name = strtok(NULL, ",")) {
+        const moe_backend *b = moe_backend_find(name);
+        if (!b || !b->create || n_variants == MAX_VARIANTS) {
+            fprintf(stderr, "cuda-check: --backends: %s is not a CUDA backend of this build (or "
+                            "more than %d given)\n", name, MAX_VARIANTS);
+            return 2;
+        }
+        variants[n_variants] = b;
+        st = b->create(&sh, &opt, &states[n_variants], &err);
+        n_variants += !st;
+    }
     if (st) {
         fprintf(stderr, "cuda-check: %s\n", err.msg);
         return 1;
     }
     printf("layer made, sharded and uploaded in %.1f s\n", (now_ms() - t0) * 1e-3);
     int bad = 0;
-    for (char *tok = strtok(tokens, ","); tok; tok = strtok(NULL, ","))
-        bad |= run_tokens(state, &c, &ld.w, atoi(tok), iters, seed);
-    moe_backend_cuda.destroy(state);
+    for (char *tok = strtok(tokens, ","); tok; tok = strtok(NULL, ",")) {
+        char key[32];
+        snprintf(key, sizeof key, ",%s,", tok);
+        const bool check = !checked[0] || strstr(checked, key) != NULL;
+        moe_run ref;
+        memset(&ref, 0, sizeof ref);
+        bool have_ref = false;
+        for (int v = 0; v < n_variants; v++)
+            bad |= run_tokens(variants[v], states[v], &c, &ld.w, atoi(tok), iters, seed, check,
+                              &ref, &have_ref);
+        if (have_ref) moe_run_free(&ref);
+    }
+    for (int v = 0; v < n_variants; v++) variants[v]->destroy(states[v]);
     moe_shard_free(&sh);
     moe_layer_data_free(&ld);
     printf("cuda-check: %s\n", bad ? "FAILED" : "all checks passed");

@@ -1,0 +1,213 @@
+/*
+ * cuda_experts_gemv.cu: the routed experts' two GEMMs as weight-streaming kernels, for calls
+ * with few rows per expert (decode), where the MXFP4 weight bytes are the floor
+ * (docs/perf-cuda.md). Same results contract as cuda_experts.cu (serving, SPEC §2).
+ *
+ * Rules:
+ *   - a block takes one tile of at most MOE_CUDA_GEMV_M grouped assignment rows of one local
+ *     expert (the tile table is built for that size) and GEMV_ROWS_PER_BLOCK weight rows; each
+ *     warp owns two adjacent weight rows: in GEMM1 the gate and up rows of one intermediate
+ *     channel (w13 is interleaved), so SwiGLU is done in registers; in GEMM2 two output columns;
+ *   - weights stream from memory once per tile, 16 bytes (32 E2M1 codes, one E8M0 scale) per
+ *     lane and row, GEMV_UNROLL such loads in flight before any is used; activations are read
+ *     through the read-only cache (every warp of the block reads the same rows);
+ *   - each weight is decoded to fp32 (an E2M1 value times a power of two: exact) and multiplied
+ *     with a bf16 activation, so every product is exact and the sum is an fp32 accumulation,
+ *     as on the tensor cores; each lane sums its 32-value chunks in k order and the warp adds
+ *     the lanes' partials by a fixed butterfly, so a token's result does not depend on T, on
+ *     the tile it shares or on the launch;
+ *   - GEMM1's epilogue is cuda_experts.cu's: g, u rounded to bf16, silu(g) * u in double,
+ *     h rounded once through fp32 to bf16.
+ */
+#include "cuda_internal.h"
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#define GEMV_THREADS 256
+#define GEMV_WARPS (GEMV_THREADS / 32)
+#define GEMV_ROWS_PER_BLOCK (GEMV_WARPS * 2)
+#define GEMV_UNROLL 4 /* 16-byte chunks per lane and row loaded before the first is used */
+#define GEMV_M MOE_CUDA_GEMV_M
+
+namespace {
+
+struct gemv_args {
+    const uint16_t *a_src;  /* stage 1: x [T, D]; stage 2: h [T*K, IL] */
+    int a_row_div;          /* a source row = assignment / a_row_div (K for x, 1 for h) */
+    const uint8_t *w_mx;    /* [E, N, Kdim/2] */
+    const uint8_t *w_scale; /* [E, N, Kdim/32] */
+    int N, Kdim, T;
+    const int32_t *counts;  /* [E] */
+    const int32_t *perm;    /* [E, T] */
+    const moe_cuda_tile *tiles;
+    const int32_t *n_tiles;
+    uint16_t *h_out;        /* stage 1: [T*K, N/2] */
+    float *y_out;           /* stage 2: [T*K, N] */
+};
+
+__device__ __forceinline__ float scale_value(uint32_t b) {
+    return __uint_as_float(b == 0 ? 0x00400000u : b << 23); /* 2^-127 is an fp32 subnormal */
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4 &v, int j) {
+    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
+/* Eight bf16 (one uint4) to fp32. */
+__device__ __forceinline__ void unpack8(const uint4 &v, float *f) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+}
+
+__device__ __forceinline__ uint16_t bf16_bits(float v) {
+    __nv_bfloat16 b = __float2bfloat16_rn(v);
+    return *reinterpret_cast<uint16_t *>(&b);
+}
+
+__device__ __forceinline__ float round_bf16(float v) {
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+/* 32 values of two weight rows (codes c0, c1 with scales s0, s1) against the rows' tokens:
+ * acc[r][m] += w_r[k] * a_m[k] for k in this chunk, in k order. */
+__device__ __forceinline__ void chunk_dot(const uint4 &c0, const uint4 &c1, float s0, float s1,
+                                          const float *lut, const uint16_t *const *a_rows,
+                                          int rows, int col, float (*acc)[GEMV_M]) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) { /* word j: values 8j .. 8j+7, low nibble first */
+        const uint32_t w0 = word_of(c0, j), w1 = word_of(c1, j);
+        float v0[8], v1[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            v0[i] = lut[(w0 >> (4 * i)) & 15u] * s0;
+            v1[i] = lut[(w1 >> (4 * i)) & 15u] * s1;
+        }
+#pragma unroll
+        for (int m = 0; m < GEMV_M; m++) {
+            if (m >= rows) break;
+            float a[8];
+            unpack8(__ldg(reinterpret_cast<const uint4 *>(a_rows[m] + col + 8 * j)), a);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                acc[0][m] = fmaf(v0[i], a[i], acc[0][m]);
+                acc[1][m] = fmaf(v1[i], a[i], acc[1][m]);
+            }
+        }
+    }
+}
+
+template <int STAGE>
+__global__ void __launch_bounds__(GEMV_THREADS) expert_gemv_kernel(gemv_args p) {
+    __shared__ float lut[16];
+    __shared__ int row_src[GEMV_M];
+    if ((int)blockIdx.x >= *p.n_tiles) return;
+    const moe_cuda_tile tile = p.tiles[blockIdx.x];
+    const int rows = min(GEMV_M, p.counts[tile.expert] - tile.row0);
+    if (threadIdx.x < GEMV_M)
+        row_src[threadIdx.x] = (int)threadIdx.x < rows
+                                   ? p.perm[(size_t)tile.expert * p.T + tile.row0 + threadIdx.x]
+                                   : -1;
+    if (threadIdx.x < 16) {
+        const float magnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+        lut[threadIdx.x] = (threadIdx.x & 8u) ? -magnitude[threadIdx.x & 7u] : magnitude[threadIdx.x & 7u];
+    }
+    __syncthreads();
+
+    const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32;
+    const int n = ((int)blockIdx.y * GEMV_WARPS + warp) * 2; /* rows n, n + 1; N is even */
+    if (n >= p.N) return;
+    const size_t row_bytes = (size_t)p.Kdim / 2, row_scales = (size_t)p.Kdim / 32;
+    const size_t w_row = (size_t)tile.expert * p.N + n;
+    const uint8_t *codes0 = p.w_mx + w_row * row_bytes, *codes1 = codes0 + row_bytes;
+    const uint8_t *scales0 = p.w_scale + w_row * row_scales, *scales1 = scales0 + row_scales;
+    const uint16_t *a_rows[GEMV_M];
+#pragma unroll
+    for (int m = 0; m < GEMV_M; m++)
+        a_rows[m] = m < rows ? p.a_src + (size_t)(row_src[m] / p.a_row_div) * p.Kdim : p.a_src;
+
+    float acc[2][GEMV_M];
+#pragma unroll
+    for (int m = 0; m < GEMV_M; m++) acc[0][m] = acc[1][m] = 0.0f;
+    const int step = 32 * 32; /* values a warp covers per chunk */
+    for (int base = 0; base < p.Kdim; base += step * GEMV_UNROLL) {
+        uint4 c0[GEMV_UNROLL], c1[GEMV_UNROLL];
+        uint32_t s0[GEMV_UNROLL], s1[GEMV_UNROLL];
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) { /* all loads first: bytes in flight */
+            const int col = base + u * step + lane * 32;
+            if (col < p.Kdim) {
+                c0[u] = __ldcs(reinterpret_cast<const uint4 *>(codes0 + col / 2));
+                c1[u] = __ldcs(reinterpret_cast<const uint4 *>(codes1 + col / 2));
+                s0[u] = scales0[col / 32];
+                s1[u] = scales1[col / 32];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int col = base + u * step + lane * 32;
+            if (col < p.Kdim)
+                chunk_dot(c0[u], c1[u], scale_value(s0[u]), scale_value(s1[u]), lut, a_rows, rows,
+                          col, acc);
+        }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2)
+#pragma unroll
+        for (int m = 0; m < GEMV_M; m++) {
+            acc[0][m] += __shfl_xor_sync(0xFFFFFFFFu, acc[0][m], off);
+            acc[1][m] += __shfl_xor_sync(0xFFFFFFFFu, acc[1][m], off);
+        }
+#pragma unroll
+    for (int m = 0; m < GEMV_M; m++) {
+        if (m != lane || m >= rows) continue; /* lane m writes token row m */
+        const int a = row_src[m];
+        if (STAGE == 1) { /* row n is g_j, n + 1 is u_j: h_j = bf16(silu(bf16(g)) * bf16(u)) */
+            const double g = (double)round_bf16(acc[0][m]), u = (double)round_bf16(acc[1][m]);
+            p.h_out[(size_t)a * (p.N / 2) + n / 2] = bf16_bits((float)(g / (1.0 + exp(-g)) * u));
+        } else {
+            p.y_out[(size_t)a * p.N + n] = acc[0][m];
+            p.y_out[(size_t)a * p.N + n + 1] = acc[1][m];
+        }
+    }
+}
+
+template <int STAGE>
+moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
+                  const gemv_args &p, moe_error *err) {
+    if (T == 0 || ex->E == 0) return MOE_OK;
+    if (!ex->mxfp4)
+        return moe_fail(err, MOE_ERR_UNSUPPORTED, "cuda: the GEMV expert kernels read MXFP4 only");
+    dim3 grid((unsigned)moe_cuda_tile_bound(T, K, ex->E, GEMV_M),
+              (unsigned)((p.N + GEMV_ROWS_PER_BLOCK - 1) / GEMV_ROWS_PER_BLOCK));
+    if (grid.y > 65535u)
+        return moe_fail(err, MOE_ERR_UNSUPPORTED, "cuda: expert GEMV%d output width %d too large",
+                        STAGE, p.N);
+    expert_gemv_kernel<STAGE><<<grid, GEMV_THREADS, 0, stream>>>(p);
+    LAUNCH_CHECK(STAGE == 1 ? "expert_gemv_kernel<gemm1>" : "expert_gemv_kernel<gemm2>");
+    return MOE_OK;
+}
+
+} // namespace
+
+moe_status moe_cuda_expert_gemv1(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
+                                 const uint16_t *x, const int32_t *counts, const int32_t *perm,
+                                 const moe_cuda_tile *tiles, const int32_t *n_tiles,
+                                 uint16_t *h, moe_error *err) {
+    gemv_args p = {x, K, ex->w13_mx, ex->w13_scale, 2 * ex->IL, ex->D, T, counts, perm, tiles,
+                   n_tiles, h, NULL};
+    return launch<1>(stream, ex, T, K, p, err);
+}
+
+moe_status moe_cuda_expert_gemv2(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
+                                 const uint16_t *h, const int32_t *counts, const int32_t *perm,
+                                 const moe_cuda_tile *tiles, const int32_t *n_tiles, float *y,
+                                 moe_error *err) {
+    gemv_args p = {h, 1, ex->w2_mx, ex->w2_scale, ex->D, ex->IL, T, counts, perm, tiles, n_tiles,
+                   NULL, y};
+    return launch<2>(stream, ex, T, K, p, err);
+}
