@@ -56,7 +56,7 @@ ifeq ($(HAVE_OPENBLAS)$(if $(BLAS_REAL),yes),yesyes)
   CPPFLAGS  += -DMOE_HAVE_OPENBLAS $(shell pkg-config --cflags openblas)
   LDLIBS    += $(shell pkg-config --libs openblas)
 else
-  BLAS_SRC  := opt/blas/blas_stub.c
+  BLAS_SRC  := opt/blas/blas_stub.c opt/blas/blas_hints.c
 endif
 ifeq ($(HAVE_CUDA)$(if $(CUDA_REAL),yes),yesyes)
   CUDA_SRC  := $(CUDA_REAL)

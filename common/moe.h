@@ -190,6 +190,29 @@ typedef struct {
     unsigned filled;      /* MOE_STAGE_* bits written by the backend */
 } moe_stages;
 
+/* ---------------------------------------------------------------- shape hints */
+
+/* What a path's tiling or threshold constant counts. The harness aims case shapes at each
+ * declared constant (one tile, several, a partial last one, exactly at a cut-off and one
+ * either side), so that code behind a size threshold is reached by small cases too. */
+typedef enum {
+    MOE_HINT_TOKENS = 1,    /* tokens in the batch, T: a chunk of T or a small-T cut-off */
+    MOE_HINT_EXPERT_ROWS,   /* token rows routed to one expert (sinks: T): a kernel cut-off */
+    MOE_HINT_TILE_ELEMENTS, /* a decoded weight tile holds about this many elements: w2
+                               [D, I_local] is cut into tiles of value / I_local rows, w13
+                               [2*I_local, D] into tiles of value / (2*D) channels (row pairs);
+                               the sinks' matrices alike */
+    MOE_HINT_WIDTH,         /* D and I_local are cut into blocks of this many elements (a GEMM's
+                               N or K block): a partial last block unless a multiple */
+} moe_hint_kind;
+
+typedef struct {
+    const char *name; /* the constant's name in the path's source */
+    moe_hint_kind kind;
+    long value;
+    const char *what; /* what it decides, in a few words */
+} moe_shape_hint;
+
 /* ---------------------------------------------------------------- the backend interface */
 
 typedef struct moe_backend {
@@ -214,6 +237,9 @@ typedef struct moe_backend {
     moe_status (*route)(void *state, int T, const float *logits, int32_t *ids, float *weights,
                         moe_error *err);
     void (*destroy)(void *state);
+    /* The path's tiling and threshold constants, ended by an entry whose name is NULL; NULL
+     * when it has none. */
+    const moe_shape_hint *shape_hints;
 } moe_backend;
 
 /* The backends every build knows by name; one built without its library reports

@@ -363,6 +363,9 @@ fuzz_case fuzz_suite_case(const fuzz_suite *s, uint64_t seed, long i) {
     if (c.features & FZ_FEW) cfg->has_gate_bias = true;
     if (c.T == 0) c.features &= ~(unsigned)(FZ_NONFINITE | FZ_ALLHIT);
     c.seed = moe_rng_next(&rng);
+    /* aiming draws from its own stream, so that unaimed cases stay what they were */
+    moe_rng aim = moe_rng_make(seed, 7000 + (uint64_t)i);
+    if (moe_rng_uniform(&aim) < s->aim_p) fuzz_case_aim(&c, &aim);
     return c;
 }
 
@@ -421,6 +424,7 @@ moe_status fuzz_suite_load(const char *dir, const char *name, fuzz_suite *s, moe
         else if (!strcmp(key, "pad_p") && nv == 1) s->pad_p = a;
         else if (!strcmp(key, "feature_p") && nv == 1) s->feature_p = a;
         else if (!strcmp(key, "bf16_p") && nv == 1) s->bf16_p = a;
+        else if (!strcmp(key, "aim_p") && nv == 1) s->aim_p = a;
         else if (!strcmp(key, "big_T") && nv == 3) {
             s->big_T_p = a;
             s->big_T_lo = (int)b;

@@ -12,7 +12,8 @@
  *     only N of them, drawn from the seed and named in the report (tokens are independent, and
  *     at real-model sizes the reference takes seconds per token);
  *   - features change the random layer and input in the documented ways (fuzz_case.c);
- *   - a suite (harness/suites/NAME.txt) bounds the random draws and may list fixed cases.
+ *   - a suite (harness/suites/NAME.txt) bounds the random draws and may list fixed cases;
+ *     a share of its drawn cases (aim_p) is aimed at the paths' declared shape hints.
  */
 #ifndef INKLING_FUZZ_CASE_H
 #define INKLING_FUZZ_CASE_H
@@ -20,6 +21,7 @@
 #include "../common/layer_data.h"
 #include "../common/numeric.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -78,9 +80,15 @@ typedef struct {
     double pad_p;     /* probability of per-rank intermediate padding, given a split */
     double feature_p; /* probability of each feature */
     double bf16_p;    /* probability of bf16 routed experts */
+    double aim_p;     /* probability that a drawn case is aimed at a path's shape hint */
     int n_fixed;
     fuzz_case fixed[FUZZ_SUITE_MAX_FIXED]; /* run first, in order */
 } fuzz_suite;
+
+/* Aims case c at one declared tiling or threshold constant of a registered path (fuzz_aim.c):
+ * its shape lands on one tile, several, a partial last one or a cut-off. Returns false (c
+ * unchanged) when the drawn constant allows no valid case. */
+bool fuzz_case_aim(fuzz_case *c, moe_rng *rng);
 
 /* Reads DIR/NAME.txt. */
 moe_status fuzz_suite_load(const char *dir, const char *name, fuzz_suite *s, moe_error *err);

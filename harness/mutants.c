@@ -422,7 +422,7 @@ MUTANT_LIST(DEFINE_MUTANT)
 
 #define AS_BACKEND(id, name, desc)                                                              \
     {"mutant:" name, desc, mutant_available, supports_##id, create_##id,                        \
-     mutant_forward, mutant_route, mutant_destroy},
+     mutant_forward, mutant_route, mutant_destroy, NULL},
 static const moe_backend mutants[M_COUNT] = {MUTANT_LIST(AS_BACKEND)};
 #undef AS_BACKEND
 

@@ -187,4 +187,5 @@ const moe_backend moe_backend_ref = {
     ref_forward,
     ref_route,
     ref_destroy,
+    NULL, /* no tiling: plain loops */
 };

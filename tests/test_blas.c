@@ -10,6 +10,7 @@
  *     in one TP slab, a routed weight off by 2^-12 relative;
  *   - non-finite input rows give NaN output rows, NaN weights and ids 0..K-1, and leave the
  *     other rows of the same GEMM batches correct;
+ *   - weight matrices cut into whole tiles and a partial last one match the reference;
  *   - results are bitwise identical for 1 and 2 threads and from one call to the next;
  *   - the exact contract is refused with the reason; the route entry is the reference's.
  * Without OpenBLAS in the build the backend is unavailable and every test skips.
@@ -132,6 +133,41 @@ static void test_random_layers_match_reference(void **state) {
     assert_true(per_kind[MOE_SPLIT_NONE] >= 3 && per_kind[MOE_SPLIT_TP] >= 3 &&
                 per_kind[MOE_SPLIT_EP] >= 3 && padded >= 3);
 }
+
+#ifdef MOE_HAVE_OPENBLAS
+/* Matrices cut into whole tiles and a partial last one (BLAS_TILE_FLOATS, blas_internal.h),
+ * judged against the reference, not only thread against thread: w2 [D, I] in tiles of
+ * TILE / I rows, w13 [2I, D] in tiles of TILE / (2D) channels; routed and sink, MXFP4 and
+ * bf16, unsplit and EP 2. */
+static void test_partial_tiles_match_reference(void **state) {
+    (void)state;
+    if (!blas_here()) skip();
+    const int v = BLAS_TILE_FLOATS;
+    const int shapes[2][2] = {{3 * v / 2048 / 2, 2048}, {1024, 3 * v / 2 / 1024 / 2}}; /* {D, I} */
+    for (int s = 0; s < 2; s++) {
+        const int D = shapes[s][0], I = shapes[s][1];
+        /* w2 (first shape) or w13 (second) spans 1.5 tiles: one whole, one partial */
+        if (s == 0) assert_true(D > v / I && D % (v / I) != 0);
+        else assert_true(I > v / (2 * D) && I % (v / (2 * D)) != 0);
+        for (int fmt = 0; fmt < 2; fmt++) {
+            const moe_config cfg = {D, I, 3, 2, 1, 2.5f, true, true, (moe_routed_format)fmt};
+            const int T = s == 0 ? 5 : 2;
+            moe_layer_data ld;
+            moe_error err = {0};
+            assert_int_equal(moe_layer_data_random(&cfg, 300 + (uint64_t)(2 * s + fmt), &ld, &err), MOE_OK);
+            uint16_t *x = malloc((size_t)T * D * sizeof(uint16_t));
+            assert_non_null(x);
+            moe_random_input(T, D, 31, x);
+            char label[96];
+            snprintf(label, sizeof label, "D=%d I=%d fmt %d", D, I, fmt);
+            expect_matches_ref(&ld, T, x, MOE_SPLIT_NONE, 1, 0, label);
+            expect_matches_ref(&ld, T, x, MOE_SPLIT_EP, 2, 0, label);
+            free(x);
+            moe_layer_data_free(&ld);
+        }
+    }
+}
+#endif
 
 /* The shape of the production layer scaled down, with 64 tokens: several tokens per expert,
  * so the grouped sgemm (not only sgemv) paths run. */
@@ -409,6 +445,9 @@ int main(void) {
         cmocka_unit_test(test_unavailable_or_supports),
         cmocka_unit_test(test_tile_decode_is_exact),
         cmocka_unit_test(test_random_layers_match_reference),
+#ifdef MOE_HAVE_OPENBLAS
+        cmocka_unit_test(test_partial_tiles_match_reference),
+#endif
         cmocka_unit_test(test_nonfinite_rows),
         cmocka_unit_test(test_deterministic_across_threads),
         cmocka_unit_test(test_planted_bugs_are_caught),

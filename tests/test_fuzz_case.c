@@ -5,6 +5,8 @@
  *   - every drawn case of every suite is valid, inside the suite's bounds, and its line parses
  *     back to the same case;
  *   - drawing is deterministic in (suite, seed, index);
+ *   - aimed cases land on the OpenBLAS path's declared constants: one tile, several, a partial
+ *     last one, T at a chunk, one expert with exactly a cut-off's rows;
  *   - building a case twice gives the same bytes;
  *   - bad lines fail naming the key or word at fault;
  *   - features do what they say: ties make equal gate rows, nonfinite puts NaN/inf in x,
@@ -23,6 +25,8 @@ static void test_roundtrip_and_bounds(void **state) {
         fuzz_suite suite;
         moe_error err;
         if (fuzz_suite_load("harness/suites", names[s], &suite, &err)) fail_msg("%s", err.msg);
+        fuzz_suite plain = suite; /* aimed cases leave the bounds on purpose: checked below */
+        plain.aim_p = 0;
         for (long i = 0; i < 300; i++) {
             fuzz_case c = fuzz_suite_case(&suite, 42, i), back, again = fuzz_suite_case(&suite, 42, i);
             assert_memory_equal(&c, &again, sizeof c);
@@ -31,6 +35,7 @@ static void test_roundtrip_and_bounds(void **state) {
             if (fuzz_case_parse(line, &back, &err)) fail_msg("%s: %s", line, err.msg);
             assert_memory_equal(&c, &back, sizeof c);
             if (i < suite.n_fixed) continue;
+            c = fuzz_suite_case(&plain, 42, i);
             assert_true(c.cfg.D % 32 == 0 && c.cfg.D >= suite.D_lo && c.cfg.D <= suite.D_hi);
             assert_true(c.cfg.I % 32 == 0 && c.cfg.I >= suite.I_lo && c.cfg.I <= suite.I_hi);
             assert_true(c.cfg.R >= suite.R_lo && c.cfg.R <= suite.R_hi);
@@ -38,6 +43,56 @@ static void test_roundtrip_and_bounds(void **state) {
             assert_true(c.T >= 0 && c.T <= (suite.T_hi > suite.big_T_hi ? suite.T_hi : suite.big_T_hi));
             assert_true(c.n >= 1 && c.n <= suite.split_n_hi);
         }
+    }
+}
+
+/* Tiles of `unit` along `extent`: 1 exactly one, 2 several whole, 3 whole ones and a partial
+ * last one, 0 otherwise (less than one tile). */
+static int tiling_of(long extent, long unit) {
+    if (unit <= 0 || extent < unit) return 0;
+    if (extent == unit) return 1;
+    return extent % unit == 0 ? 2 : 3;
+}
+
+/* Aimed cases land on every declared constant of the OpenBLAS path: each tiling (one tile,
+ * several, a partial last one) of w2 and w13, T at and next to the gate chunk, and one expert
+ * with exactly the sgemv cut-off's rows. The tile arithmetic is redone here from moe.h's
+ * definition of MOE_HINT_TILE_ELEMENTS. */
+static void test_aimed_cases_reach_hints(void **state) {
+    (void)state;
+    const moe_shape_hint *h = moe_backend_blas.shape_hints;
+    assert_non_null(h);
+    fuzz_case base;
+    moe_error err;
+    assert_int_equal(fuzz_case_parse("D=64 I=64 R=8 K=2 S=1 T=4 fmt=mxfp4 bias=0 gscale=0 rs=1 "
+                                     "split=tp2 pad=32 seed=5 feat=nonfinite", &base, &err), MOE_OK);
+    for (; h->name; h++) {
+        bool seen[4] = {false, false, false, false}; /* tile: -, one, several, partial */
+        bool at = false, above = false;
+        moe_rng rng = moe_rng_make(99, 1);
+        for (int i = 0; i < 20000; i++) {
+            fuzz_case c = base;
+            if (!fuzz_case_aim(&c, &rng)) continue;
+            assert_int_equal(fuzz_case_validate(&c, NULL), MOE_OK);
+            assert_true(c.cfg.D <= 4096 && c.cfg.I <= 4096 && c.split != MOE_SPLIT_TP && c.pad == 0);
+            if (h->kind == MOE_HINT_TILE_ELEMENTS) {
+                seen[tiling_of(c.cfg.D, h->value / c.cfg.I)] = true;        /* w2 [D, I] */
+                seen[tiling_of(c.cfg.I, h->value / (2 * c.cfg.D))] = true;  /* w13 [2I, D] */
+            }
+            if (h->kind == MOE_HINT_TOKENS) {
+                at = at || c.T == h->value;
+                above = above || c.T == h->value + 1;
+            }
+            if (h->kind == MOE_HINT_EXPERT_ROWS && (c.features & FZ_FEW) && c.cfg.has_gate_bias &&
+                !(c.features & FZ_NONFINITE)) {
+                at = at || c.T == h->value;
+                above = above || c.T == h->value + 1;
+            }
+        }
+        if (h->kind == MOE_HINT_TILE_ELEMENTS && !(seen[1] && seen[2] && seen[3]))
+            fail_msg("%s: one tile %d, several %d, partial last %d", h->name, seen[1], seen[2], seen[3]);
+        if ((h->kind == MOE_HINT_TOKENS || h->kind == MOE_HINT_EXPERT_ROWS) && !(at && above))
+            fail_msg("%s = %ld: T at it %d, one above %d", h->name, h->value, at, above);
     }
 }
 
@@ -129,6 +184,7 @@ static void test_features(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_and_bounds),
+        cmocka_unit_test(test_aimed_cases_reach_hints),
         cmocka_unit_test(test_bad_lines),
         cmocka_unit_test(test_build_deterministic),
         cmocka_unit_test(test_features),

@@ -34,10 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A decoded weight tile holds about this many fp32 values (512 KB: a core's L2 share). */
-#define TILE_FLOATS (1 << 17)
-/* Gate logits are computed in chunks of this many tokens. */
-#define GATE_CHUNK 64
+/* Tiling constants (BLAS_TILE_FLOATS, BLAS_GATE_CHUNK, BLAS_SGEMV_BELOW): blas_internal.h. */
 
 typedef struct {
     const moe_shard *shard;
@@ -113,21 +110,20 @@ static moe_status blas_create(const moe_shard *sh, const moe_options *opt, void 
 
 /* Channels per GEMM1 tile and rows per GEMM2 tile: functions of the shapes only. */
 static int gemm1_tile_channels(int D, int width) {
-    int c = TILE_FLOATS / (2 * D);
+    int c = BLAS_TILE_FLOATS / (2 * D);
     return c < 1 ? 1 : (c > width ? width : c);
 }
 static int gemm2_tile_rows(int D, int width) {
-    int r = width > 0 ? TILE_FLOATS / width : D;
+    int r = width > 0 ? BLAS_TILE_FLOATS / width : D;
     return r < 1 ? 1 : (r > D ? D : r);
 }
 
-/* c [n, ldc] = a [n, lda] * tile [rows, cols]^T, fp32. Fewer than SGEMV_BELOW rows of a go
- * through one sgemv each (measured: sgemm packs the tile for every call and is several times
+/* c [n, ldc] = a [n, lda] * tile [rows, cols]^T, fp32. Fewer than BLAS_SGEMV_BELOW rows of a
+ * go through one sgemv each (measured: sgemm packs the tile for every call and is several times
  * slower there); the choice depends on n only, so it never depends on the thread count. */
-#define SGEMV_BELOW 4
 static void times_tile(int n, int rows, int cols, const float *a, int lda, const float *tile,
                        float *c, int ldc) {
-    if (n < SGEMV_BELOW) {
+    if (n < BLAS_SGEMV_BELOW) {
         for (int p = 0; p < n; p++)
             cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, cols, 1.0f, tile, cols,
                         a + (size_t)p * lda, 1, 0.0f, c + (size_t)p * ldc, 1);
@@ -304,10 +300,10 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
     }
 
     /* Gate logits, in fixed chunks of tokens. */
-    const int gate_chunks = (T + GATE_CHUNK - 1) / GATE_CHUNK;
+    const int gate_chunks = (T + BLAS_GATE_CHUNK - 1) / BLAS_GATE_CHUNK;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (int ch = 0; ch < gate_chunks; ch++) {
-        int t0 = ch * GATE_CHUNK, n = T - t0 < GATE_CHUNK ? T - t0 : GATE_CHUNK;
+        int t0 = ch * BLAS_GATE_CHUNK, n = T - t0 < BLAS_GATE_CHUNK ? T - t0 : BLAS_GATE_CHUNK;
         times_tile(n, G, D, w.xf + (size_t)t0 * D, D, s->gate_f32, w.logits + (size_t)t0 * G, G);
     }
 
@@ -457,4 +453,5 @@ const moe_backend moe_backend_blas = {
     blas_forward,
     blas_route,
     blas_destroy,
+    blas_shape_hints,
 };

@@ -1,6 +1,6 @@
 /* blas_stub.c: the "blas" backend in a build made without OpenBLAS: known by name, never
  * available, with the reason. */
-#include "../../common/moe.h"
+#include "blas_internal.h"
 
 #include <stdio.h>
 
@@ -10,4 +10,5 @@ static bool stub_available(char *why, size_t why_len) {
 }
 
 const moe_backend moe_backend_blas = {"blas", "OpenBLAS CPU path (not built)", stub_available,
-                                      NULL, NULL, NULL, NULL, NULL};
+                                      NULL, NULL, NULL, NULL, NULL,
+                                      blas_shape_hints};

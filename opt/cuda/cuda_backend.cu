@@ -573,6 +573,7 @@ extern "C" const moe_backend moe_backend_cuda = {
     cuda_forward,
     cuda_route,
     cuda_destroy,
+    moe_cuda_shape_hints,
 };
 
 /* The expert kernels forced one way, so that the harness checks each variant by name. */
@@ -585,6 +586,7 @@ extern "C" const moe_backend moe_backend_cuda_wmma = {
     cuda_forward,
     cuda_route,
     cuda_destroy,
+    moe_cuda_shape_hints,
 };
 
 extern "C" const moe_backend moe_backend_cuda_gemv = {
@@ -596,4 +598,5 @@ extern "C" const moe_backend moe_backend_cuda_gemv = {
     cuda_forward,
     cuda_route,
     cuda_destroy,
+    moe_cuda_shape_hints,
 };

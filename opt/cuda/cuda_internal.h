@@ -53,6 +53,9 @@
 typedef enum { MOE_CUDA_EXPERTS_AUTO, MOE_CUDA_EXPERTS_WMMA, MOE_CUDA_EXPERTS_GEMV } moe_cuda_variant;
 #define MOE_CUDA_GEMV_MAX_T 64
 
+/* The path's tiling constants as shape hints (moe.h), ended by {NULL}: cuda_experts.cu. */
+extern const moe_shape_hint moe_cuda_shape_hints[];
+
 /* One tile of the grouped GEMMs: local expert and first row within that expert's group. */
 typedef struct {
     int expert;

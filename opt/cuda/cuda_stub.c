@@ -10,8 +10,8 @@ static bool stub_available(char *why, size_t why_len) {
 }
 
 const moe_backend moe_backend_cuda = {"cuda", "CUDA path (not built)", stub_available,
-                                      NULL, NULL, NULL, NULL, NULL};
+                                      NULL, NULL, NULL, NULL, NULL, NULL};
 const moe_backend moe_backend_cuda_wmma = {"cuda-wmma", "CUDA path, tensor-core experts (not built)",
-                                           stub_available, NULL, NULL, NULL, NULL, NULL};
+                                           stub_available, NULL, NULL, NULL, NULL, NULL, NULL};
 const moe_backend moe_backend_cuda_gemv = {"cuda-gemv", "CUDA path, GEMV experts (not built)",
-                                           stub_available, NULL, NULL, NULL, NULL, NULL};
+                                           stub_available, NULL, NULL, NULL, NULL, NULL, NULL};
