@@ -280,6 +280,12 @@ moe_status moe_forward_all_ranks(const moe_backend *backend, const moe_config *c
                                  const uint16_t *x, float *out, moe_stages *stages,
                                  moe_error *err);
 
+/* The same sum over layers already made: layers[r] holds rank r of one split (or layers[0] the
+ * unsplit layer, n = 1), all with opt's precision. The layers live on between calls, so a caller
+ * can run many inputs through one backend instance (the harness's stress mode does). */
+moe_status moe_forward_ranks(moe_layer *const *layers, int n, const moe_options *opt, int T,
+                             const uint16_t *x, float *out, moe_stages *stages, moe_error *err);
+
 /* Index of the first token whose row of x [T, D] holds NaN or inf, or -1. */
 int moe_first_nonfinite_row(int T, int D, const uint16_t *x);
 

@@ -114,7 +114,7 @@ static int registry_candidates(const char *paths, const moe_backend **out, int c
 /* The paths a run compares with the reference: one mutant (alone, without the reference's own
  * paths), or the registry's backends that --paths names. Returns non-zero after saying why. */
 static int choose_targets(const fuzz_args *a, const moe_backend **cands, int cap, fuzz_targets *tg) {
-    fuzz_targets t = {cands, 0, !a->no_ref, 1, false};
+    fuzz_targets t = {cands, 0, !a->no_ref, 1, false, NULL};
     if (a->mutant) {
         cands[0] = moe_mutant_find(a->mutant);
         if (!cands[0]) {

@@ -40,12 +40,13 @@ static const char *precision_name(moe_precision p) {
 
 static void *alloc_or_null(size_t n, size_t size) { return calloc(n ? n : 1, size); }
 
-moe_status moe_run_path(const moe_backend *be, const moe_options *opt, const moe_config *cfg,
-                        const moe_weights *w, moe_split_kind kind, int n, int pad, int T,
-                        const uint16_t *x, bool want_intermediates, moe_run *run, moe_error *err) {
+/* Names the run, checks that the path can run the case, and allocates its arrays. */
+static moe_status run_prepare(const moe_backend *be, const moe_options *opt, const moe_config *cfg,
+                              moe_split_kind kind, int n, int pad, int T, bool want_intermediates,
+                              moe_run *run, moe_error *err) {
     if (!run) return moe_fail(err, MOE_ERR_ARG, "run: NULL run");
     memset(run, 0, sizeof *run);
-    if (!be || !opt || !cfg || !w) return moe_fail(err, MOE_ERR_ARG, "run: NULL backend, options, config or weights");
+    if (!be || !opt || !cfg) return moe_fail(err, MOE_ERR_ARG, "run: NULL backend, options or config");
     if (kind == MOE_SPLIT_NONE) n = 1;
     run->backend = be;
     run->opt = *opt;
@@ -85,9 +86,37 @@ moe_status moe_run_path(const moe_backend *be, const moe_options *opt, const moe
         moe_run_free(run);
         return moe_fail(err, MOE_ERR_NOMEM, "run: out of memory for T = %d", T);
     }
+    return MOE_OK;
+}
+
+static moe_stages run_stages(moe_run *run) {
     moe_stages stages = {run->logits, run->ids,  run->weights, run->routed_h,
                          run->routed_y, run->sink_h, run->sink_y, 0};
+    return stages;
+}
+
+moe_status moe_run_path(const moe_backend *be, const moe_options *opt, const moe_config *cfg,
+                        const moe_weights *w, moe_split_kind kind, int n, int pad, int T,
+                        const uint16_t *x, bool want_intermediates, moe_run *run, moe_error *err) {
+    moe_status st = run_prepare(be, opt, cfg, kind, n, pad, T, want_intermediates, run, err);
+    if (st) return st;
+    if (!w) {
+        moe_run_free(run);
+        return moe_fail(err, MOE_ERR_ARG, "run: NULL weights");
+    }
+    moe_stages stages = run_stages(run);
     st = moe_forward_all_ranks(be, cfg, w, kind, n, pad, opt, T, x, run->out, &stages, err);
+    run->filled = stages.filled;
+    return st;
+}
+
+moe_status moe_run_layers(const moe_backend *be, const moe_options *opt, const moe_config *cfg,
+                          moe_split_kind kind, int n, int pad, moe_layer *const *layers, int T,
+                          const uint16_t *x, bool want_intermediates, moe_run *run, moe_error *err) {
+    moe_status st = run_prepare(be, opt, cfg, kind, n, pad, T, want_intermediates, run, err);
+    if (st) return st;
+    moe_stages stages = run_stages(run);
+    st = moe_forward_ranks(layers, run->split_n, opt, T, x, run->out, &stages, err);
     run->filled = stages.filled;
     return st;
 }

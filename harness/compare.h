@@ -62,6 +62,12 @@ moe_status moe_run_path(const moe_backend *backend, const moe_options *opt,
                         const moe_config *cfg, const moe_weights *w, moe_split_kind kind, int n,
                         int pad_inter_to, int T, const uint16_t *x, bool want_intermediates,
                         moe_run *run, moe_error *err);
+/* The same on layers already made (layers[r]: rank r of that split, made with opt), which live
+ * on after the call: a run on a backend instance with a history. */
+moe_status moe_run_layers(const moe_backend *backend, const moe_options *opt,
+                          const moe_config *cfg, moe_split_kind kind, int n, int pad_inter_to,
+                          moe_layer *const *layers, int T, const uint16_t *x,
+                          bool want_intermediates, moe_run *run, moe_error *err);
 void moe_run_free(moe_run *run);
 
 /* Keeps only tokens [n] (ascending, each < run->T) of every stage of run, in that order, and

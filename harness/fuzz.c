@@ -8,8 +8,15 @@
 #include <string.h>
 #include <time.h>
 
-static fuzz_path_result *add_result(fuzz_case_result *res, const char *path) {
-    if (res->n >= FUZZ_MAX_PATHS) return NULL;
+int fuzz_paths_per_case(const fuzz_targets *tg) { return 2 * (2 + 2 * tg->n_candidates); }
+
+/* A new result slot; NULL (after saying why in err) when the case holds FUZZ_MAX_PATHS already. */
+fuzz_path_result *fuzz_add_result(fuzz_case_result *res, const char *path, moe_error *err) {
+    if (res->n >= FUZZ_MAX_PATHS) {
+        moe_fail(err, MOE_ERR_INTERNAL, "fuzz: path %s would be result %d of one case; the limit "
+                 "is FUZZ_MAX_PATHS = %d (fewer candidates, or raise it)", path, res->n + 1, FUZZ_MAX_PATHS);
+        return NULL;
+    }
     fuzz_path_result *r = &res->r[res->n++];
     memset(r, 0, sizeof *r);
     snprintf(r->path, sizeof r->path, "%s", path);
@@ -30,35 +37,51 @@ typedef struct {
     int n;
 } case_tokens;
 
+moe_status fuzz_run_on(fuzz_pool *pool, const moe_backend *be, const moe_options *opt,
+                       const moe_config *cfg, const moe_weights *w, moe_split_kind kind, int n,
+                       int pad, int T, const uint16_t *x, moe_run *run, moe_error *err) {
+    if (!pool) return moe_run_path(be, opt, cfg, w, kind, n, pad, T, x, true, run, err);
+    moe_layer *const *layers = NULL;
+    moe_status st = fuzz_pool_layers(pool, be, opt, cfg, w, kind, n, pad, &layers, err);
+    if (!st) return moe_run_layers(be, opt, cfg, kind, n, pad, layers, T, x, true, run, err);
+    memset(run, 0, sizeof *run);
+    snprintf(run->name, sizeof run->name, "%s", be->name);
+    return st;
+}
+
+bool fuzz_path_not_run(fuzz_path_result *r, moe_status st, const moe_run *run, const moe_error *run_err) {
+    if (st == MOE_ERR_UNAVAILABLE || st == MOE_ERR_UNSUPPORTED) {
+        r->outcome = FUZZ_SKIP;
+        snprintf(r->skip_reason, sizeof r->skip_reason, "%.159s", run_err->msg);
+        return true;
+    }
+    if (!st) return false;
+    /* a path that errors on a valid case fails the case */
+    r->outcome = FUZZ_FAIL;
+    r->rep.ok = false;
+    r->rep.first_stage = MOE_CMP_OUTPUT;
+    snprintf(r->rep.path, sizeof r->rep.path, "%s", run->name);
+    snprintf(r->rep.msg, sizeof r->rep.msg, "FAIL: %s returned %s: %s", run->name,
+             moe_status_name(st), run_err->msg);
+    return true;
+}
+
 /* Runs one candidate path and compares it with the baseline. The reference runs on the sampled
  * tokens only; any other path runs on all of them and is cut down to the sample. */
-static moe_status candidate(const moe_backend *be, const moe_options *opt, const fuzz_case *c,
+static moe_status candidate(fuzz_pool *pool, const moe_backend *be, const moe_options *opt, const fuzz_case *c,
                             const moe_cmp_case *cc, const case_tokens *ct, const moe_run *base,
                             const moe_envelope *env, bool split, bool output_only,
                             const char *path, fuzz_case_result *res, moe_error *err) {
-    fuzz_path_result *r = add_result(res, path);
-    if (!r) return MOE_OK;
+    fuzz_path_result *r = fuzz_add_result(res, path, err);
+    if (!r) return MOE_ERR_INTERNAL;
     moe_run run;
     moe_error run_err;
     moe_error_clear(&run_err);
     const bool all_tokens = be != &moe_backend_ref && ct->n < ct->T;
-    moe_status st = moe_run_path(be, opt, cc->cfg, cc->w, split ? c->split : MOE_SPLIT_NONE,
-                                 split ? c->n : 1, split ? c->pad : 0, all_tokens ? ct->T : cc->T,
-                                 all_tokens ? ct->x : cc->x, true, &run, &run_err);
-    if (st == MOE_ERR_UNAVAILABLE || st == MOE_ERR_UNSUPPORTED) {
-        r->outcome = FUZZ_SKIP;
-        snprintf(r->skip_reason, sizeof r->skip_reason, "%.159s", run_err.msg);
-        moe_run_free(&run);
-        return MOE_OK;
-    }
-    if (st) {
-        /* a path that errors on a valid case fails the case */
-        r->outcome = FUZZ_FAIL;
-        r->rep.ok = false;
-        r->rep.first_stage = MOE_CMP_OUTPUT;
-        snprintf(r->rep.path, sizeof r->rep.path, "%s", run.name);
-        snprintf(r->rep.msg, sizeof r->rep.msg, "FAIL: %s returned %s: %s", run.name,
-                 moe_status_name(st), run_err.msg);
+    moe_status st = fuzz_run_on(pool, be, opt, cc->cfg, cc->w, split ? c->split : MOE_SPLIT_NONE,
+                                split ? c->n : 1, split ? c->pad : 0, all_tokens ? ct->T : cc->T,
+                                all_tokens ? ct->x : cc->x, &run, &run_err);
+    if (fuzz_path_not_run(r, st, &run, &run_err)) {
         moe_run_free(&run);
         return MOE_OK;
     }
@@ -71,16 +94,30 @@ static moe_status candidate(const moe_backend *be, const moe_options *opt, const
 }
 
 /* Does any candidate run this contract here? (Without the reference's own paths, a contract
- * nobody runs needs no baseline: at real sizes that baseline costs minutes.) */
-static bool contract_wanted(const fuzz_targets *tg, const moe_config *cfg, const moe_split *split,
-                            const moe_options *opt) {
-    if (tg->ref_paths) return true;
+ * nobody runs needs no baseline: at real sizes that baseline costs minutes.) If none does, its
+ * candidate paths are reported SKIPPED with their reasons. */
+static moe_status contract_wanted(const fuzz_targets *tg, const moe_config *cfg, const moe_split *split,
+                                  const moe_options *opt, const char *prec, fuzz_case_result *res,
+                                  bool *wanted, moe_error *err) {
+    *wanted = tg->ref_paths;
     char why[256];
-    for (int i = 0; i < tg->n_candidates; i++) {
+    for (int i = 0; i < tg->n_candidates && !*wanted; i++) {
         const moe_backend *be = tg->candidates[i];
-        if (be->available(why, sizeof why) && be->supports(cfg, split, opt, why, sizeof why)) return true;
+        *wanted = be->available(why, sizeof why) && be->supports(cfg, split, opt, why, sizeof why);
     }
-    return false;
+    for (int i = 0; i < tg->n_candidates && !*wanted; i++) {
+        const moe_backend *be = tg->candidates[i];
+        for (int sp = 0; sp < 1 + (split->kind != MOE_SPLIT_NONE); sp++) {
+            char path[48];
+            snprintf(path, sizeof path, "%s/%s%s", be->name, prec, sp ? "/split" : "");
+            fuzz_path_result *r = fuzz_add_result(res, path, err);
+            if (!r) return MOE_ERR_INTERNAL;
+            r->outcome = FUZZ_SKIP;
+            if (be->available(why, sizeof why)) (void)be->supports(cfg, split, opt, why, sizeof why);
+            snprintf(r->skip_reason, sizeof r->skip_reason, "%.159s", why);
+        }
+    }
+    return MOE_OK;
 }
 
 /* The sampled rows of x: xs [n, D]; also names them in res->sampled. */
@@ -121,7 +158,9 @@ moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_r
         const char *prec = p == 0 ? "exact" : "serving";
         moe_options cand_opt = opt;
         cand_opt.n_threads = tg->n_threads;
-        if (!contract_wanted(tg, &c->cfg, &case_split, &cand_opt)) continue;
+        bool wanted;
+        st = contract_wanted(tg, &c->cfg, &case_split, &cand_opt, prec, res, &wanted, err);
+        if (st || !wanted) continue;
         moe_run base;
         moe_envelope *env = NULL;
         st = moe_run_path(&moe_backend_ref, &opt, cc.cfg, cc.w, MOE_SPLIT_NONE, 1, 0, cc.T, cc.x, true, &base, err);
@@ -129,23 +168,21 @@ moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_r
         char path[48];
         if (!st && tg->ref_paths) {
             snprintf(path, sizeof path, "ref/%s", prec);
-            fuzz_path_result *r = add_result(res, path);
-            if (r) {
-                st = moe_compare_runs(&cc, &base, NULL, env, NULL, &r->rep, err);
-                r->outcome = r->rep.ok ? FUZZ_PASS : FUZZ_FAIL;
-            }
+            fuzz_path_result *r = fuzz_add_result(res, path, err);
+            st = r ? moe_compare_runs(&cc, &base, NULL, env, NULL, &r->rep, err) : MOE_ERR_INTERNAL;
+            if (r) r->outcome = r->rep.ok ? FUZZ_PASS : FUZZ_FAIL;
             if (!st && split) {
                 snprintf(path, sizeof path, "ref/%s/split", prec);
-                st = candidate(&moe_backend_ref, &opt, c, &cc, &ct, &base, env, true, false, path, res, err);
+                st = candidate(tg->pool, &moe_backend_ref, &opt, c, &cc, &ct, &base, env, true, false, path, res, err);
             }
         }
         for (int i = 0; i < tg->n_candidates && !st; i++) {
             const moe_backend *be = tg->candidates[i];
             snprintf(path, sizeof path, "%s/%s", be->name, prec);
-            st = candidate(be, &cand_opt, c, &cc, &ct, &base, env, false, tg->output_only, path, res, err);
+            st = candidate(tg->pool, be, &cand_opt, c, &cc, &ct, &base, env, false, tg->output_only, path, res, err);
             if (!st && split) {
                 snprintf(path, sizeof path, "%s/%s/split", be->name, prec);
-                st = candidate(be, &cand_opt, c, &cc, &ct, &base, env, true, tg->output_only, path, res, err);
+                st = candidate(tg->pool, be, &cand_opt, c, &cc, &ct, &base, env, true, tg->output_only, path, res, err);
             }
         }
         moe_envelope_free(env);
@@ -239,7 +276,7 @@ double fuzz_now(void) {
 long fuzz_hunt(const moe_backend *be, const fuzz_suite *s, uint64_t seed, long max_cases,
                double max_seconds, bool output_only, fuzz_case *caught, fuzz_case_result *res) {
     const moe_backend *cands[1] = {be};
-    fuzz_targets tg = {cands, 1, false, 1, output_only};
+    fuzz_targets tg = {cands, 1, false, 1, output_only, NULL};
     double t0 = fuzz_now();
     long counted = 0;
     for (long i = 0; counted < max_cases && fuzz_now() - t0 < max_seconds; i++) {

@@ -10,7 +10,11 @@
  *   - a candidate that is unavailable or does not support the case is SKIPPED, never passed;
  *   - with sample=N the candidates run all T tokens and are cut down to the N sampled ones;
  *     the reference, its split and the envelope run on those N tokens only;
- *   - without the reference's own paths, a contract that no candidate can run is not computed;
+ *   - without the reference's own paths, a contract that no candidate can run is not computed
+ *     (its candidate paths are reported SKIPPED with their reason);
+ *   - with a pool, the candidates (and the reference's split) run on the pool's live layers, so
+ *     on instances that ran the earlier cases of the same layer; the baseline always runs fresh;
+ *   - a case never holds more than FUZZ_MAX_PATHS path results: more fails the case loudly;
  *   - a failing case is shrunk greedily (fewer tokens, no features, simpler split, fewer
  *     experts, smaller D and I, plainer scales) while it still fails on the same path class.
  */
@@ -19,6 +23,7 @@
 
 #include "compare.h"
 #include "fuzz_case.h"
+#include "fuzz_pool.h"
 
 typedef enum { FUZZ_PASS = 0, FUZZ_FAIL, FUZZ_SKIP } fuzz_outcome;
 
@@ -43,7 +48,26 @@ typedef struct {
     bool ref_paths; /* judge the reference itself and its split (false: candidates only) */
     int n_threads;  /* the candidates' moe_options.n_threads (0: the backend's default) */
     bool output_only; /* judge the candidates' output alone, as for a path that fills no stage */
+    fuzz_pool *pool;  /* live layers reused across cases; NULL: a fresh layer for every run */
 } fuzz_targets;
+
+/* Runs one path on T tokens of x into *run, as moe_run_path does (intermediates wanted): on the
+ * pool's live layers for (cfg, w, split), or with pool NULL on layers made for this run alone. */
+moe_status fuzz_run_on(fuzz_pool *pool, const moe_backend *be, const moe_options *opt,
+                       const moe_config *cfg, const moe_weights *w, moe_split_kind kind, int n,
+                       int pad, int T, const uint16_t *x, moe_run *run, moe_error *err);
+
+/* A new result slot of res named path; NULL (after saying why in err) when res holds
+ * FUZZ_MAX_PATHS results already. */
+fuzz_path_result *fuzz_add_result(fuzz_case_result *res, const char *path, moe_error *err);
+
+/* Records a run that did not give results (st != MOE_OK): SKIPPED with the reason when the path
+ * is unavailable or does not support the case, else FAIL naming the error. Returns false (and
+ * records nothing) when st is MOE_OK. */
+bool fuzz_path_not_run(fuzz_path_result *r, moe_status st, const moe_run *run, const moe_error *run_err);
+
+/* Path results one case of tg can produce (2 contracts x (ref, its split, 2 per candidate)). */
+int fuzz_paths_per_case(const fuzz_targets *tg);
 
 /* Runs one case. Returns an error only when the case itself cannot be built or run (bad line,
  * out of memory); path failures are outcomes. */

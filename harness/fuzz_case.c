@@ -45,8 +45,9 @@ char *fuzz_case_format(const fuzz_case *c, char *buf, size_t len) {
         if (c->features & (1u << i))
             snprintf(feat + strlen(feat), sizeof feat - strlen(feat), "%s%s", feat[0] ? "," : "",
                      feature_names[i]);
-    char sample[24] = "";
+    char sample[48] = "";
     if (c->sample > 0) snprintf(sample, sizeof sample, " sample=%d", c->sample);
+    if (c->input > 0) snprintf(sample + strlen(sample), sizeof sample - strlen(sample), " input=%d", c->input);
     snprintf(buf, len,
              "D=%d I=%d R=%d K=%d S=%d T=%d fmt=%s bias=%d gscale=%d rs=%.9g split=%s pad=%d "
              "seed=%" PRIu64 " feat=%s%s",
@@ -74,6 +75,7 @@ moe_status fuzz_case_validate(const fuzz_case *c, moe_error *err) {
         return moe_fail(err, MOE_ERR_ARG, "case: T = %d is not in [0, 1000000]", c->T);
     if (c->sample < 0 || c->sample > c->T)
         return moe_fail(err, MOE_ERR_ARG, "case: sample = %d is not in [0, T = %d]", c->sample, c->T);
+    if (c->input < 0) return moe_fail(err, MOE_ERR_ARG, "case: input = %d is negative", c->input);
     return MOE_OK;
 }
 
@@ -83,7 +85,7 @@ moe_status fuzz_case_parse(const char *line, fuzz_case *c, moe_error *err) {
     c->n = 1;
     c->cfg.route_scale = 1.0f;
     unsigned seen = 0;
-    const char *keys[] = {"D", "I", "R", "K", "S", "T", "fmt", "bias", "gscale", "rs", "split", "pad", "seed", "feat", "sample"};
+    const char *keys[] = {"D", "I", "R", "K", "S", "T", "fmt", "bias", "gscale", "rs", "split", "pad", "seed", "feat", "sample", "input"};
     const int n_keys = (int)(sizeof keys / sizeof keys[0]);
     const char *p = line;
     while (*p) {
@@ -146,6 +148,7 @@ moe_status fuzz_case_parse(const char *line, fuzz_case *c, moe_error *err) {
             break;
         }
         case 14: ok = parse_int(v, &c->sample); break;
+        case 15: ok = parse_int(v, &c->input); break;
         case 13:
             if (strcmp(v, "none")) {
                 char list[256];
@@ -289,11 +292,15 @@ moe_status fuzz_case_build(const fuzz_case *c, moe_layer_data *ld, uint16_t **xp
         moe_layer_data_free(ld);
         return moe_fail(err, MOE_ERR_NOMEM, "case: out of memory for x [%d, %d]", T, D);
     }
-    moe_random_input(T, D, c->seed, x);
+    /* the input's seed: the case seed, or a variant of it (same weights, another input) */
+    const uint64_t xseed = c->input > 0 ? moe_rng_hash(c->seed, 0x1297, (uint64_t)c->input) : c->seed;
+    moe_random_input(T, D, xseed, x);
     unsigned f = c->features;
     bool mx = c->cfg.routed_format == MOE_ROUTED_MXFP4;
     moe_rng rng[FZ_FEATURE_COUNT];
     for (int i = 0; i < FZ_FEATURE_COUNT; i++) rng[i] = moe_rng_make(c->seed, 200 + (uint64_t)i);
+    rng[6] = moe_rng_make(xseed, 206); /* the input-only features follow the input */
+    rng[8] = moe_rng_make(xseed, 208);
     if (f & FZ_TIES) feature_ties(ld, &rng[0]);
     if (f & FZ_DUP) feature_dup(ld, &rng[1]);
     if (f & FZ_NEAR) feature_near(ld, &rng[2]);

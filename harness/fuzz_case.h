@@ -7,10 +7,13 @@
  *     printed as ONE line of key=value words that, parsed back, gives the same case, so the
  *     same weights and input bit for bit (everything is drawn from the counter RNG of numeric.h);
  *   - the line: D= I= R= K= S= T= fmt=mxfp4|bf16 bias=0|1 gscale=0|1 rs=<route_scale>
- *     split=none|tpN|epN pad=<pad_inter_to> seed=<u64> feat=<f1,f2,...|none> [sample=N];
+ *     split=none|tpN|epN pad=<pad_inter_to> seed=<u64> feat=<f1,f2,...|none> [sample=N] [input=N];
  *   - sample=N (0 < N < T): the candidate paths run all T tokens, the reference and the envelope
  *     only N of them, drawn from the seed and named in the report (tokens are independent, and
  *     at real-model sizes the reference takes seconds per token);
+ *   - input=N (N > 0) draws the input x (and the input-only features) from a variant of the seed:
+ *     the same layer (weights) with another input, so that one live layer can see many inputs;
+ *     input=0 (the default, not printed) draws x from the seed itself;
  *   - features change the random layer and input in the documented ways (fuzz_case.c);
  *   - a suite (harness/suites/NAME.txt) bounds the random draws and may list fixed cases;
  *     a share of its drawn cases (aim_p) is aimed at the paths' declared shape hints.
@@ -49,6 +52,7 @@ typedef struct {
     uint64_t seed;
     unsigned features;
     int sample; /* tokens the reference checks; 0 = all */
+    int input;  /* input variant: 0 = x from the seed, N > 0 = x from variant N of the seed */
 } fuzz_case;
 
 /* Writes the case's line (no newline) into buf; returns buf. */

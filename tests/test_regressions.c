@@ -23,7 +23,7 @@ static void test_replay_all(void **state) {
     int nc = 0;
     for (int i = 0; i < moe_backend_count() && nc < 8; i++)
         if (moe_backend_at(i) != &moe_backend_ref) cands[nc++] = moe_backend_at(i);
-    fuzz_targets tg = {cands, nc, true, 1, false};
+    fuzz_targets tg = {cands, nc, true, 1, false, NULL};
     int cases = 0, failures = 0, skipped_paths = 0;
     struct dirent *de;
     while ((de = readdir(dir))) {

@@ -1,0 +1,183 @@
+/*
+ * fuzz_stress.c: the history check of a case and the stress plan (rules in fuzz_stress.h).
+ */
+#include "fuzz_stress.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- bit-for-bit comparison */
+
+typedef struct {
+    moe_cmp_stage stage;
+    unsigned bit; /* MOE_STAGE_* that says the stage was filled; 0: the output, always */
+    const void *a, *b;
+    int row;      /* 4-byte elements per token */
+    bool is_int;
+} stage_array;
+
+bool fuzz_runs_identical(const moe_run *a, const moe_run *b, moe_cmp_report *rep) {
+    memset(rep, 0, sizeof *rep);
+    rep->ok = true;
+    rep->first_stage = -1;
+    rep->slot = rep->expert = -1;
+    const int G = a->R + a->S;
+    const stage_array arrays[] = {
+        {MOE_CMP_LOGITS, MOE_STAGE_LOGITS, a->logits, b->logits, G, false},
+        {MOE_CMP_IDS, MOE_STAGE_TOPK, a->ids, b->ids, a->K, true},
+        {MOE_CMP_WEIGHTS, MOE_STAGE_TOPK, a->weights, b->weights, a->K + a->S, false},
+        {MOE_CMP_ROUTED_H, MOE_STAGE_ROUTED_H, a->routed_h, b->routed_h, a->K * a->I, false},
+        {MOE_CMP_ROUTED_Y, MOE_STAGE_ROUTED_Y, a->routed_y, b->routed_y, a->K * a->D, false},
+        {MOE_CMP_SINK_H, MOE_STAGE_SINK_H, a->sink_h, b->sink_h, a->S * a->I, false},
+        {MOE_CMP_SINK_Y, MOE_STAGE_SINK_Y, a->sink_y, b->sink_y, a->D, false},
+        {MOE_CMP_OUTPUT, 0, a->out, b->out, a->D, false},
+    };
+    if (a->filled != b->filled || a->T != b->T) {
+        rep->ok = false;
+        rep->first_stage = MOE_CMP_OUTPUT;
+        snprintf(rep->msg, sizeof rep->msg, "FAIL: %s after its history filled stages 0x%x for %d "
+                 "tokens, a fresh instance 0x%x for %d", a->name, a->filled, a->T, b->filled, b->T);
+        return false;
+    }
+    for (size_t s = 0; s < sizeof arrays / sizeof arrays[0]; s++) {
+        const stage_array *x = &arrays[s];
+        if (!x->a || !x->b || (x->bit && !(a->filled & x->bit))) continue;
+        rep->stages_compared |= 1u << x->stage;
+        const size_t n = (size_t)a->T * (size_t)x->row;
+        const unsigned char *pa = x->a, *pb = x->b;
+        for (size_t i = 0; i < n; i++) {
+            if (!memcmp(pa + 4 * i, pb + 4 * i, 4)) continue;
+            float fa, fb;
+            int32_t ia, ib;
+            memcpy(&fa, pa + 4 * i, 4), memcpy(&fb, pb + 4 * i, 4);
+            memcpy(&ia, pa + 4 * i, 4), memcpy(&ib, pb + 4 * i, 4);
+            rep->ok = false;
+            rep->first_stage = x->stage;
+            rep->token = (int)(i / (size_t)x->row);
+            rep->element = (int)(i % (size_t)x->row);
+            rep->value_a = x->is_int ? ia : fa;
+            rep->value_b = x->is_int ? ib : fb;
+            snprintf(rep->path, sizeof rep->path, "%s", a->name);
+            snprintf(rep->msg, sizeof rep->msg, "FAIL: %s after its history differs from a fresh "
+                     "instance: stage %s, token %d, element %d: %.9g (bits %08x) against %.9g "
+                     "(bits %08x, fresh)", a->name, moe_cmp_stage_name(x->stage), rep->token,
+                     rep->element, rep->value_a, (unsigned)ia, rep->value_b, (unsigned)ib);
+            return false;
+        }
+    }
+    snprintf(rep->msg, sizeof rep->msg, "ok: %s after its history equals a fresh instance bit for bit", a->name);
+    return true;
+}
+
+/* ---------------------------------------------------------------- the history check */
+
+typedef struct {
+    const fuzz_case *c;
+    const moe_layer_data *ld;
+    const uint16_t *x;
+} stress_input;
+
+static moe_status stress_path(const fuzz_targets *tg, const moe_backend *be, const moe_options *opt,
+                              const stress_input *in, bool split, fuzz_case_result *res, moe_error *err) {
+    char path[48];
+    snprintf(path, sizeof path, "%s/%s%s", be->name,
+             opt->precision == MOE_PRECISION_EXACT ? "exact" : "serving", split ? "/split" : "");
+    fuzz_path_result *r = fuzz_add_result(res, path, err);
+    if (!r) return MOE_ERR_INTERNAL;
+    const fuzz_case *c = in->c;
+    const moe_split_kind kind = split ? c->split : MOE_SPLIT_NONE;
+    const int n = split ? c->n : 1, pad = split ? c->pad : 0;
+    moe_run lived, fresh;
+    moe_error run_err;
+    moe_error_clear(&run_err);
+    moe_status st = fuzz_run_on(tg->pool, be, opt, &c->cfg, &in->ld->w, kind, n, pad, c->T, in->x,
+                                &lived, &run_err);
+    if (fuzz_path_not_run(r, st, &lived, &run_err)) {
+        moe_run_free(&lived);
+        return MOE_OK;
+    }
+    st = fuzz_run_on(NULL, be, opt, &c->cfg, &in->ld->w, kind, n, pad, c->T, in->x, &fresh, &run_err);
+    if (!fuzz_path_not_run(r, st, &fresh, &run_err))
+        r->outcome = fuzz_runs_identical(&lived, &fresh, &r->rep) ? FUZZ_PASS : FUZZ_FAIL;
+    moe_run_free(&lived);
+    moe_run_free(&fresh);
+    return MOE_OK;
+}
+
+moe_status fuzz_stress_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_result *res,
+                            moe_error *err) {
+    memset(res, 0, sizeof *res);
+    moe_layer_data ld;
+    uint16_t *x = NULL;
+    moe_status st = fuzz_case_build(c, &ld, &x, err);
+    if (st) return st;
+    const stress_input in = {c, &ld, x};
+    for (int p = 0; p < 2 && !st; p++) {
+        moe_options opt = moe_options_default();
+        opt.precision = p == 0 ? MOE_PRECISION_EXACT : MOE_PRECISION_SERVING;
+        opt.n_threads = tg->n_threads;
+        /* b = -1: the reference, when its paths are checked */
+        for (int b = tg->ref_paths ? -1 : 0; b < tg->n_candidates && !st; b++) {
+            const moe_backend *be = b < 0 ? &moe_backend_ref : tg->candidates[b];
+            st = stress_path(tg, be, &opt, &in, false, res, err);
+            if (!st && c->split != MOE_SPLIT_NONE) st = stress_path(tg, be, &opt, &in, true, res, err);
+        }
+    }
+    moe_layer_data_free(&ld);
+    free(x);
+    return st;
+}
+
+/* ---------------------------------------------------------------- the plan */
+
+moe_status fuzz_stress_plan_init(fuzz_stress_plan *p, const fuzz_suite *suites, int n_suites,
+                                 uint64_t seed, moe_error *err) {
+    memset(p, 0, sizeof *p);
+    if (n_suites < 1 || n_suites > (int)(sizeof p->draws / sizeof p->draws[0]))
+        return moe_fail(err, MOE_ERR_ARG, "stress: %d suites given; it takes 1 to %d", n_suites,
+                        (int)(sizeof p->draws / sizeof p->draws[0]));
+    p->suites = suites, p->n_suites = n_suites, p->seed = seed;
+    return MOE_OK;
+}
+
+/* A new layer: the next draw of a suite, all its tokens checked. */
+static void new_layer(fuzz_stress_plan *p, moe_rng *rng, int slot) {
+    int si = moe_rng_int(rng, 0, p->n_suites - 1);
+    fuzz_case c = fuzz_suite_case(&p->suites[si], p->seed, p->draws[si]++);
+    c.sample = 0;
+    p->layer[slot] = c;
+    p->layer_suite[slot] = si;
+}
+
+/* A token count for a case of layer slot: up and down around the suite's ranges. */
+static int draw_T(const fuzz_stress_plan *p, moe_rng *rng, int slot) {
+    const fuzz_suite *s = &p->suites[p->layer_suite[slot]];
+    const fuzz_case *c = &p->layer[slot];
+    const bool narrow = s->big_T_dim_max <= 0 || (c->cfg.D <= s->big_T_dim_max && c->cfg.I <= s->big_T_dim_max);
+    int hi = narrow && s->big_T_hi > s->T_hi ? s->big_T_hi : 4 * s->T_hi + 8;
+    if (hi > FUZZ_STRESS_T_MAX) hi = FUZZ_STRESS_T_MAX;
+    double u = moe_rng_uniform(rng);
+    if (u < 0.15) return moe_rng_int(rng, 0, 1);
+    if (u < 0.60) return moe_rng_int(rng, 0, s->T_hi);
+    if (u < 0.70) return c->T <= FUZZ_STRESS_T_MAX ? c->T : FUZZ_STRESS_T_MAX;
+    return moe_rng_int(rng, s->T_hi < hi ? s->T_hi + 1 : hi, hi);
+}
+
+fuzz_case fuzz_stress_next(fuzz_stress_plan *p) {
+    moe_rng rng = moe_rng_make(p->seed, 0x57E55000u + (uint64_t)p->step++);
+    if (p->n_layers < FUZZ_STRESS_LAYERS) new_layer(p, &rng, p->n_layers++);
+    else if (moe_rng_uniform(&rng) < 1.0 / 32) new_layer(p, &rng, moe_rng_int(&rng, 0, FUZZ_STRESS_LAYERS - 1));
+    fuzz_case c;
+    if (p->n_recent > 0 && moe_rng_uniform(&rng) < 0.25) {
+        long have = p->n_recent < FUZZ_STRESS_RECENT ? p->n_recent : FUZZ_STRESS_RECENT;
+        c = p->recent[moe_rng_int(&rng, 0, (int)have - 1)];
+    } else {
+        int slot = moe_rng_int(&rng, 0, p->n_layers - 1);
+        c = p->layer[slot];
+        c.T = draw_T(p, &rng, slot);
+        c.input = ++p->input;
+    }
+    p->recent[p->n_recent++ % FUZZ_STRESS_RECENT] = c;
+    return c;
+}
