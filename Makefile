@@ -2,7 +2,8 @@
 #
 #   make test            install what is missing, build, run every test (cmocka summaries)
 #   make fuzz            the differential fuzzer over every available path (FUZZ_SECONDS, FUZZ_SEED,
-#                        FUZZ_SUITES: smoke,ci by default; nightly for the real-model shapes)
+#                        FUZZ_SUITES: smoke,ci by default; nightly for the real-model shapes), then
+#                        stress mode (determinism across history) for a fifth of FUZZ_SECONDS
 #   make fuzz-selftest   show that the fuzzer catches every planted bug (harness/mutants.c)
 #   make asan            the tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make fuzz-parse      libFuzzer on the safetensors and config.json parsers (FUZZ_PARSE_SECONDS)
@@ -24,6 +25,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_PARSE_SECONDS ?= 60
 FUZZ_SEED   ?=
 FUZZ_SUITES ?= smoke,ci
+FUZZ_STRESS_SUITES ?= smoke,ci
 SANITIZE    ?=
 
 pc_exists = $(shell pkg-config --exists $(1) 2>/dev/null && echo yes)
@@ -106,9 +108,15 @@ asan: deps
 fuzz: deps
 	@$(MAKE) --no-print-directory fuzz-now
 
+# FUZZ_SECONDS (whole seconds) is shared: four fifths for the fuzzer, one fifth for stress mode.
+# Both always run; the target fails if either does.
 fuzz-now: all
-	@$(TOOL) fuzz --seconds $(FUZZ_SECONDS) --suite $(FUZZ_SUITES) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) \
-	    --report-dir $(BUILD)/fuzz-report
+	@total=$(FUZZ_SECONDS); stress=$$((total / 5)); \
+	$(TOOL) fuzz --seconds $$((total - stress)) --suite $(FUZZ_SUITES) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) \
+	    --report-dir $(BUILD)/fuzz-report; rc=$$?; \
+	$(TOOL) fuzz --stress --seconds $$stress --suite $(FUZZ_STRESS_SUITES) \
+	    $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) --report-dir $(BUILD)/fuzz-report; rc2=$$?; \
+	[ $$rc -eq 0 ] && [ $$rc2 -eq 0 ]
 
 # Proof of strength: every deliberately broken path (harness/mutants.c) must be caught.
 fuzz-selftest: all

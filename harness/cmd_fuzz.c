@@ -10,11 +10,20 @@
  *     N skipped" counts path-case outcomes; exit status 1 on any failure;
  *   - a failing case is printed as its line, shrunk, and saved as a regression case (one line
  *     in a file under the regression directory) that tests/test_regressions.c replays;
+ *   - a failing case is rerun alone on fresh instances (--reruns N): deterministic when it fails
+ *     every time, else intermittent; an intermittent failure is saved as the sequence of the
+ *     --history cases before it (NAME.seq), replayed and shrunk (harness/fuzz_flaky.h);
+ *   - --stress runs stress mode (cmd_fuzz_stress.c), --replay FILE a saved sequence
+ *     (cmd_fuzz_replay.c);
+ *   - limits fail loudly: more suites, candidates or paths per case than the harness holds is
+ *     bad usage (exit 2), never a silently shorter run;
  *   - --selftest hunts every mutant (harness/mutants.c) with smoke cases and fails if one
  *     survives, or if the control mutant (no bug) is ever caught.
  */
+#include "cmd_fuzz.h"
 #include "commands.h"
 #include "fuzz.h"
+#include "fuzz_tally.h"
 #include "mutants.h"
 
 #include <errno.h>
@@ -27,13 +36,8 @@
 #include <unistd.h>
 
 #define MAX_SUITES 4
-#define MAX_PATH_CLASSES 64
 #define MAX_FAILURES 8
-
-typedef struct {
-    char name[48];
-    long passed, failed, skipped;
-} path_tally;
+#define MAX_CANDIDATES 16
 
 typedef struct {
     char path[48];
@@ -41,7 +45,8 @@ typedef struct {
     char line[512];
     char shrunk[512];
     char msg[768];
-    char saved[600];
+    char saved[600]; /* the regression case, or the sequence of an intermittent failure */
+    char kind[16];   /* "deterministic" or "intermittent" */
 } failure_record;
 
 typedef struct {
@@ -53,6 +58,12 @@ typedef struct {
     bool shrink, selftest;
     const char *paths; /* candidate backends by name ("a,b"; "none"); NULL = every one */
     bool no_ref;       /* judge only the candidates, not the reference and its split */
+    /* history (docs/harness.md, "Flaky failures and sequences", "Stress mode") */
+    bool stress;        /* --stress */
+    const char *replay; /* --replay FILE */
+    int repeat;         /* --repeat N: replays of a sequence */
+    int reruns;         /* --reruns N: fresh reruns that classify a failure */
+    int history;        /* --history N: cases kept before a failing one */
 } fuzz_args;
 
 static void usage(FILE *f) {
@@ -62,19 +73,10 @@ static void usage(FILE *f) {
             "                        [--max-cases N] [--no-shrink] [--mutant NAME]\n"
             "                        [--paths blas,cuda|none] [--no-ref]\n"
             "       inkling-moe fuzz --case 'LINE' [--mutant NAME] [--paths ...] [--no-ref]\n"
-            "       inkling-moe fuzz --selftest [--seconds N] [--seed S] [--max-cases N]\n");
-}
-
-static int mkdir_p(const char *dir) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(buf, 0777) && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
+            "       inkling-moe fuzz --selftest [--seconds N] [--seed S] [--max-cases N]\n"
+            "       inkling-moe fuzz --stress [--seconds N] [--seed S] [--suite ...] [--paths ...] [--no-ref]\n"
+            "       inkling-moe fuzz --replay FILE.seq [--repeat N] [--paths ...] [--no-ref] [--no-shrink]\n"
+            "  failures: [--reruns N] (fresh reruns, default 5) [--history N] (cases kept, default 32)\n");
 }
 
 /* ---------------------------------------------------------------- targets */
@@ -104,9 +106,14 @@ static int registry_candidates(const char *paths, const moe_backend **out, int c
             }
     }
     int n = 0;
-    for (int i = 0; i < moe_backend_count() && n < cap; i++) {
+    for (int i = 0; i < moe_backend_count(); i++) {
         const moe_backend *be = moe_backend_at(i);
-        if (be != &moe_backend_ref && (!paths || listed(paths, be->name))) out[n++] = be;
+        if (be == &moe_backend_ref || (paths && !listed(paths, be->name))) continue;
+        if (n == cap) {
+            fprintf(stderr, "inkling-moe fuzz: more than %d candidate paths; name fewer with --paths\n", cap);
+            return -1;
+        }
+        out[n++] = be;
     }
     return n;
 }
@@ -126,6 +133,12 @@ static int choose_targets(const fuzz_args *a, const moe_backend **cands, int cap
     } else {
         t.n_candidates = registry_candidates(a->paths, cands, cap);
         if (t.n_candidates < 0) return 2;
+    }
+    if (fuzz_paths_per_case(&t) > FUZZ_MAX_PATHS) {
+        fprintf(stderr, "inkling-moe fuzz: %d candidates give %d paths per case; a case holds %d "
+                "(FUZZ_MAX_PATHS): name fewer with --paths\n", t.n_candidates, fuzz_paths_per_case(&t),
+                FUZZ_MAX_PATHS);
+        return 2;
     }
     *tg = t;
     return 0;
@@ -151,9 +164,9 @@ static int run_one(const fuzz_args *a) {
         fprintf(stderr, "inkling-moe fuzz: %s\n", err.msg);
         return 2;
     }
-    const moe_backend *cands[8];
+    const moe_backend *cands[MAX_CANDIDATES];
     fuzz_targets tg;
-    if (choose_targets(a, cands, 8, &tg)) return 2;
+    if (choose_targets(a, cands, MAX_CANDIDATES, &tg)) return 2;
     char line[512];
     printf("case: %s\n", fuzz_case_format(&c, line, sizeof line));
     fuzz_case_result res;
@@ -255,8 +268,7 @@ static void xml_string(FILE *f, const char *s) {
 }
 
 typedef struct {
-    path_tally paths[MAX_PATH_CLASSES];
-    int n_paths;
+    fuzz_tally tally;
     long suite_cases[MAX_SUITES];
     failure_record failures[MAX_FAILURES];
     int n_failures;
@@ -283,7 +295,7 @@ static void junit_case(FILE *f, const char *path, const char *what, char kind, c
             xml_string(f, r->line);
             fprintf(f, "\nshrunk: ");
             xml_string(f, r->shrunk);
-            fprintf(f, "\nregression file: ");
+            fprintf(f, "\n%s failure; regression file: ", r->kind);
             xml_string(f, r->saved);
         }
         fprintf(f, "</failure>\n    ");
@@ -303,9 +315,14 @@ static void write_junit(const fuzz_args *a, const fuzz_totals *tt) {
         return;
     }
     long tests = 0, fails = 0, skips = 0;
-    int counts[MAX_PATH_CLASSES][3]; /* testcases, failures, skipped per path */
-    for (int i = 0; i < tt->n_paths; i++) {
-        const path_tally *p = &tt->paths[i];
+    int (*counts)[3] = calloc((size_t)tt->tally.n + 1, sizeof *counts); /* testcases, failures, skipped */
+    if (!counts) {
+        fprintf(stderr, "inkling-moe fuzz: out of memory for %s\n", path);
+        fclose(f);
+        return;
+    }
+    for (int i = 0; i < tt->tally.n; i++) {
+        const fuzz_path_tally *p = &tt->tally.p[i];
         int recorded = 0;
         for (int k = 0; k < tt->n_failures; k++) recorded += !strcmp(tt->failures[k].path, p->name);
         int fail_cases = recorded + (p->failed > recorded);
@@ -317,8 +334,8 @@ static void write_junit(const fuzz_args *a, const fuzz_totals *tt) {
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     fprintf(f, "<testsuites name=\"inkling-moe fuzz (seed %" PRIu64 ")\" tests=\"%ld\" failures=\"%ld\" "
             "skipped=\"%ld\" time=\"%.3f\">\n", a->seed, tests, fails, skips, tt->elapsed);
-    for (int i = 0; i < tt->n_paths; i++) {
-        const path_tally *p = &tt->paths[i];
+    for (int i = 0; i < tt->tally.n; i++) {
+        const fuzz_path_tally *p = &tt->tally.p[i];
         char what[700];
         fprintf(f, "  <testsuite name=\"");
         xml_string(f, p->name);
@@ -348,10 +365,11 @@ static void write_junit(const fuzz_args *a, const fuzz_totals *tt) {
     }
     fprintf(f, "</testsuites>\n");
     fclose(f);
+    free(counts);
 }
 
 static void write_reports(const fuzz_args *a, const fuzz_totals *tt, fuzz_suite *suites, int ns) {
-    if (mkdir_p(a->report_dir)) {
+    if (fuzz_mkdir_p(a->report_dir)) {
         fprintf(stderr, "inkling-moe fuzz: cannot create report directory %s\n", a->report_dir);
         return;
     }
@@ -361,12 +379,12 @@ static void write_reports(const fuzz_args *a, const fuzz_totals *tt, fuzz_suite 
     if (f) {
         fprintf(f, "{\n  \"seed\": %" PRIu64 ",\n  \"seconds\": %.3f,\n  \"cases\": %ld,\n", a->seed, tt->elapsed, tt->cases);
         fprintf(f, "  \"cases_per_second\": %.3f,\n  \"paths\": [\n", tt->elapsed > 0 ? tt->cases / tt->elapsed : 0.0);
-        for (int i = 0; i < tt->n_paths; i++) {
-            const path_tally *p = &tt->paths[i];
+        for (int i = 0; i < tt->tally.n; i++) {
+            const fuzz_path_tally *p = &tt->tally.p[i];
             fprintf(f, "    {\"name\": ");
             json_string(f, p->name);
             fprintf(f, ", \"passed\": %ld, \"failed\": %ld, \"skipped\": %ld}%s\n", p->passed, p->failed,
-                    p->skipped, i + 1 < tt->n_paths ? "," : "");
+                    p->skipped, i + 1 < tt->tally.n ? "," : "");
         }
         fprintf(f, "  ],\n  \"suites\": [\n");
         for (int i = 0; i < ns; i++) {
@@ -387,6 +405,8 @@ static void write_reports(const fuzz_args *a, const fuzz_totals *tt, fuzz_suite 
             json_string(f, r->shrunk);
             fprintf(f, ", \"message\": ");
             json_string(f, r->msg);
+            fprintf(f, ", \"kind\": ");
+            json_string(f, r->kind);
             fprintf(f, ", \"regression_file\": ");
             json_string(f, r->saved);
             fprintf(f, "}%s\n", i + 1 < tt->n_failures ? "," : "");
@@ -399,18 +419,8 @@ static void write_reports(const fuzz_args *a, const fuzz_totals *tt, fuzz_suite 
 
 /* ---------------------------------------------------------------- the fuzz loop */
 
-static path_tally *tally_of(fuzz_totals *tt, const char *name) {
-    for (int i = 0; i < tt->n_paths; i++)
-        if (!strcmp(tt->paths[i].name, name)) return &tt->paths[i];
-    if (tt->n_paths >= MAX_PATH_CLASSES) return NULL;
-    path_tally *p = &tt->paths[tt->n_paths++];
-    memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s", name);
-    return p;
-}
-
 static void save_regression(const fuzz_args *a, failure_record *fr, uint64_t seed, long index) {
-    if (mkdir_p(a->regress_dir)) {
+    if (fuzz_mkdir_p(a->regress_dir)) {
         snprintf(fr->saved, sizeof fr->saved, "(could not create %s)", a->regress_dir);
         return;
     }
@@ -423,37 +433,96 @@ static void save_regression(const fuzz_args *a, failure_record *fr, uint64_t see
     fclose(f);
 }
 
+/* The suites of --suite; 2 (after saying why) when one cannot be loaded or there are too many. */
+static int load_suites(const fuzz_args *a, fuzz_suite *suites, int *ns) {
+    moe_error err;
+    char list[256];
+    snprintf(list, sizeof list, "%s", a->suites);
+    *ns = 0;
+    for (char *save = NULL, *s = strtok_r(list, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
+        if (*ns == MAX_SUITES) {
+            fprintf(stderr, "inkling-moe fuzz: --suite: more than %d suites\n", MAX_SUITES);
+            return 2;
+        }
+        if (fuzz_suite_load(a->suite_dir, s, &suites[*ns], &err)) {
+            fprintf(stderr, "inkling-moe fuzz: %s\n", err.msg);
+            return 2;
+        }
+        (*ns)++;
+    }
+    if (!*ns) {
+        fprintf(stderr, "inkling-moe fuzz: no suite given\n");
+        return 2;
+    }
+    return 0;
+}
+
+static fuzz_history_opts history_opts(const fuzz_args *a) {
+    fuzz_history_opts o = {a->seconds, a->seed, a->seed_given, a->max_cases, a->regress_dir,
+                           a->report_dir, a->shrink, a->reruns, a->repeat, a->history};
+    return o;
+}
+
+/* A failing case of the fuzz loop: printed, judged deterministic (shrunk, saved as a regression
+ * case) or intermittent (its sequence saved), and recorded for the reports. */
+static void record_failure(const fuzz_args *a, fuzz_totals *tt, const fuzz_case *c, const fuzz_case_result *res,
+                           const char *suite, long case_index, const fuzz_sequence *history,
+                           const fuzz_targets *tg) {
+    const fuzz_path_result *r = &res->r[fuzz_first_failure(res)];
+    char line[512];
+    fuzz_case_format(c, line, sizeof line);
+    printf("\nFAILURE on %s (suite %s, case %ld)\n  case: %s\n", r->path, suite, case_index, line);
+    if (res->sampled[0]) printf("  reference checked %s\n", res->sampled);
+    moe_cmp_report_print(stdout, &r->rep);
+    printf("  rerun: build/bin/inkling-moe fuzz --case '%s'%s%s\n", line,
+           a->mutant ? " --mutant " : "", a->mutant ? a->mutant : "");
+    if (tt->n_failures >= MAX_FAILURES) return;
+    failure_record *fr = &tt->failures[tt->n_failures++];
+    memset(fr, 0, sizeof *fr);
+    snprintf(fr->path, sizeof fr->path, "%s", r->path);
+    snprintf(fr->suite, sizeof fr->suite, "%.31s", suite);
+    snprintf(fr->line, sizeof fr->line, "%s", line);
+    snprintf(fr->msg, sizeof fr->msg, "%s", r->rep.msg);
+    const fuzz_history_opts o = history_opts(a);
+    char name[96], found_by[300];
+    snprintf(name, sizeof name, "seed%" PRIu64 "-case%ld", a->seed, case_index);
+    snprintf(found_by, sizeof found_by, "found by: inkling-moe fuzz --seed %" PRIu64 " (suite %.31s, case %ld) on %.47s",
+             a->seed, suite, case_index, r->path);
+    fuzz_verdict v;
+    fuzz_judge_failure(FUZZ_CHECK_ENVELOPE, c, r->path, r->rep.msg, history, tg, &o, name, found_by, &v);
+    snprintf(fr->kind, sizeof fr->kind, "%s", v.intermittent ? "intermittent" : "deterministic");
+    if (v.intermittent) {
+        snprintf(fr->shrunk, sizeof fr->shrunk, "(intermittent: the sequence file holds the cases)");
+        snprintf(fr->saved, sizeof fr->saved, "%s", v.saved);
+        printf("\n");
+        return;
+    }
+    fuzz_case shrunk = *c;
+    if (a->shrink) {
+        double s0 = fuzz_now();
+        int tries = fuzz_shrink(c, r->path, tg, 300, &shrunk);
+        printf("  shrunk in %d tries (%.1f s)\n", tries, fuzz_now() - s0);
+    }
+    fuzz_case_format(&shrunk, fr->shrunk, sizeof fr->shrunk);
+    printf("  shrunk case: %s\n", fr->shrunk);
+    save_regression(a, fr, a->seed, case_index);
+    printf("  saved as regression case: %s\n\n", fr->saved);
+}
+
 static int run_fuzz(const fuzz_args *a) {
     fuzz_suite suites[MAX_SUITES];
     int ns = 0;
     moe_error err;
     moe_error_clear(&err);
-    char list[256];
-    snprintf(list, sizeof list, "%s", a->suites);
-    for (char *save = NULL, *s = strtok_r(list, ",", &save); s && ns < MAX_SUITES; s = strtok_r(NULL, ",", &save)) {
-        if (fuzz_suite_load(a->suite_dir, s, &suites[ns], &err)) {
-            fprintf(stderr, "inkling-moe fuzz: %s\n", err.msg);
-            return 2;
-        }
-        ns++;
-    }
-    if (!ns) {
-        fprintf(stderr, "inkling-moe fuzz: no suite given\n");
-        return 2;
-    }
-    const moe_backend *cands[8];
+    if (load_suites(a, suites, &ns)) return 2;
+    const moe_backend *cands[MAX_CANDIDATES];
     fuzz_targets tg;
-    if (choose_targets(a, cands, 8, &tg)) return 2;
+    if (choose_targets(a, cands, MAX_CANDIDATES, &tg)) return 2;
     printf("fuzz seed: %" PRIu64 "   (repeat with: make fuzz FUZZ_SEED=%" PRIu64 ")\n", a->seed, a->seed);
     printf("budget %.0f s, suites:", a->seconds);
     for (int i = 0; i < ns; i++) printf(" %s", suites[i].name);
-    printf("; paths:%s", tg.ref_paths ? " ref (exact, serving, splits)," : "");
-    for (int i = 0; i < tg.n_candidates; i++) {
-        char why[256] = "";
-        bool av = cands[i]->available(why, sizeof why);
-        printf(" %s%s%s%s", cands[i]->name, av ? "" : " (SKIPPED: ", av ? "" : why, av ? "" : ")");
-    }
-    printf("\n");
+    printf("; ");
+    fuzz_print_paths(stdout, &tg);
     fflush(stdout);
 
     static fuzz_totals tt;
@@ -462,6 +531,7 @@ static int run_fuzz(const fuzz_args *a) {
     const double t0 = fuzz_now();
     double next_progress = t0 + 5.0, last_case_seconds = 0.0;
     fuzz_case_result res;
+    fuzz_sequence history = {0}; /* the cases run before, for an intermittent failure's sequence */
     for (long k = 0;; k++) {
         double now = fuzz_now();
         if (now - t0 >= a->seconds || (a->max_cases > 0 && tt.cases >= a->max_cases)) break;
@@ -490,44 +560,13 @@ static int run_fuzz(const fuzz_args *a) {
         last_case_seconds = fuzz_now() - case_start;
         tt.cases++;
         tt.suite_cases[si]++;
-        for (int i = 0; i < res.n; i++) {
-            path_tally *p = tally_of(&tt, res.r[i].path);
-            if (!p) continue;
-            p->passed += res.r[i].outcome == FUZZ_PASS;
-            p->failed += res.r[i].outcome == FUZZ_FAIL;
-            p->skipped += res.r[i].outcome == FUZZ_SKIP;
-        }
-        int fi = fuzz_first_failure(&res);
-        if (fi >= 0) {
+        if (fuzz_tally_add(&tt.tally, &res)) tt.total_failures++;
+        if (fuzz_first_failure(&res) >= 0) {
             tt.total_failures++;
-            const fuzz_path_result *r = &res.r[fi];
-            char line[512];
-            fuzz_case_format(&c, line, sizeof line);
-            printf("\nFAILURE on %s (suite %s, case %ld)\n  case: %s\n", r->path, suites[si].name, case_index, line);
-            if (res.sampled[0]) printf("  reference checked %s\n", res.sampled);
-            moe_cmp_report_print(stdout, &r->rep);
-            printf("  rerun: build/bin/inkling-moe fuzz --case '%s'%s%s\n", line,
-                   a->mutant ? " --mutant " : "", a->mutant ? a->mutant : "");
-            if (tt.n_failures < MAX_FAILURES) {
-                failure_record *fr = &tt.failures[tt.n_failures++];
-                memset(fr, 0, sizeof *fr);
-                snprintf(fr->path, sizeof fr->path, "%s", r->path);
-                snprintf(fr->suite, sizeof fr->suite, "%.31s", suites[si].name);
-                snprintf(fr->line, sizeof fr->line, "%s", line);
-                snprintf(fr->msg, sizeof fr->msg, "%s", r->rep.msg);
-                fuzz_case shrunk = c;
-                if (a->shrink) {
-                    double s0 = fuzz_now();
-                    int tries = fuzz_shrink(&c, r->path, &tg, 300, &shrunk);
-                    printf("  shrunk in %d tries (%.1f s)\n", tries, fuzz_now() - s0);
-                }
-                fuzz_case_format(&shrunk, fr->shrunk, sizeof fr->shrunk);
-                printf("  shrunk case: %s\n", fr->shrunk);
-                save_regression(a, fr, a->seed, case_index);
-                printf("  saved as regression case: %s\n\n", fr->saved);
-            }
+            record_failure(a, &tt, &c, &res, suites[si].name, case_index, &history, &tg);
             fflush(stdout);
         }
+        if (!fuzz_sequence_add(&history, &c, &err)) fuzz_sequence_keep_last(&history, a->history);
         now = fuzz_now();
         if (now >= next_progress) {
             printf("[%6.1f s] %ld cases (%.1f/s), %ld failure%s\n", now - t0, tt.cases,
@@ -541,13 +580,8 @@ static int run_fuzz(const fuzz_args *a) {
     printf("\nsummary (seed %" PRIu64 "): %ld cases in %.1f s, %.1f cases/s, %ld failing case%s\n", a->seed,
            tt.cases, tt.elapsed, tt.elapsed > 0 ? tt.cases / tt.elapsed : 0.0, tt.total_failures,
            tt.total_failures == 1 ? "" : "s");
-    printf("  %-28s %8s %8s %8s\n", "path", "passed", "failed", "skipped");
-    long P = 0, F = 0, S = 0;
-    for (int i = 0; i < tt.n_paths; i++) {
-        const path_tally *p = &tt.paths[i];
-        printf("  %-28s %8ld %8ld %8ld\n", p->name, p->passed, p->failed, p->skipped);
-        P += p->passed, F += p->failed, S += p->skipped;
-    }
+    fuzz_tally_print(stdout, &tt.tally);
+    const long P = tt.tally.passed, F = tt.tally.failed, S = tt.tally.skipped;
     for (int i = 0; i < ns; i++) printf("  suite %-22s %8ld cases\n", suites[i].name, tt.suite_cases[i]);
     write_reports(a, &tt, suites, ns);
     printf("reports: %s/fuzz.json, %s/fuzz-junit.xml\n", a->report_dir, a->report_dir);
@@ -555,9 +589,35 @@ static int run_fuzz(const fuzz_args *a) {
     return F || tt.total_failures ? 1 : 0;
 }
 
+/* --repeat, --reruns, --history: an integer >= 1, else one line naming the option. */
+static int positive_int(const char *opt, const char *v, int *out) {
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end || n < 1 || n > 1000000) {
+        fprintf(stderr, "inkling-moe fuzz: %s '%s': expected an integer from 1 to 1000000\n", opt, v);
+        return 2;
+    }
+    *out = (int)n;
+    return 0;
+}
+
+/* --stress and --replay FILE (cmd_fuzz_stress.c, cmd_fuzz_replay.c). */
+static int run_history(const fuzz_args *a) {
+    const moe_backend *cands[MAX_CANDIDATES];
+    fuzz_targets tg;
+    if (choose_targets(a, cands, MAX_CANDIDATES, &tg)) return 2;
+    const fuzz_history_opts o = history_opts(a);
+    if (a->replay) return fuzz_cmd_replay(a->replay, &o, &tg);
+    fuzz_suite suites[MAX_SUITES];
+    int ns = 0;
+    if (load_suites(a, suites, &ns)) return 2;
+    return fuzz_cmd_stress(&o, suites, ns, &tg);
+}
+
 int cmd_fuzz(int argc, char **argv) {
     fuzz_args a = {60.0, 0, false, "build/fuzz-report", "harness/suites", "fuzz/regressions",
-                   NULL, NULL, "smoke,ci", 0, true, false, NULL, false};
+                   NULL, NULL, "smoke,ci", 0, true, false, NULL, false,
+                   false, NULL, 10, 5, 32};
     bool regress_given = false;
     for (int i = 0; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -568,6 +628,7 @@ int cmd_fuzz(int argc, char **argv) {
         } else if (!strcmp(o, "--no-shrink")) a.shrink = false, takes = false;
         else if (!strcmp(o, "--selftest")) a.selftest = true, takes = false;
         else if (!strcmp(o, "--no-ref")) a.no_ref = true, takes = false;
+        else if (!strcmp(o, "--stress")) a.stress = true, takes = false;
         else if (!v) {
             fprintf(stderr, "inkling-moe fuzz: option %s needs a value\n", o);
             usage(stderr);
@@ -582,7 +643,11 @@ int cmd_fuzz(int argc, char **argv) {
         else if (!strcmp(o, "--suite")) a.suites = v;
         else if (!strcmp(o, "--paths")) a.paths = v;
         else if (!strcmp(o, "--max-cases")) a.max_cases = strtol(v, NULL, 10);
-        else {
+        else if (!strcmp(o, "--replay")) a.replay = v;
+        else if (!strcmp(o, "--repeat") || !strcmp(o, "--reruns") || !strcmp(o, "--history")) {
+            int *dst = !strcmp(o, "--repeat") ? &a.repeat : !strcmp(o, "--reruns") ? &a.reruns : &a.history;
+            if (positive_int(o, v, dst)) return 2;
+        } else {
             fprintf(stderr, "inkling-moe fuzz: unknown option %s\n", o);
             usage(stderr);
             return 2;
@@ -596,6 +661,7 @@ int cmd_fuzz(int argc, char **argv) {
         snprintf(mutant_dir, sizeof mutant_dir, "%s/regressions", a.report_dir);
         a.regress_dir = mutant_dir;
     }
+    if (a.replay || a.stress) return run_history(&a);
     if (a.case_line) return run_one(&a);
     if (a.selftest) return run_selftest(&a);
     return run_fuzz(&a);
