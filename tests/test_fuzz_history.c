@@ -84,9 +84,9 @@ static void fault_destroy(void *p) {
 
 static const moe_backend history_fault = {"history_fault", "wrong after a larger call", fault_available,
                                           fault_supports, history_create, fault_forward, fault_route,
-                                          fault_destroy};
+                                          fault_destroy, NULL};
 static const moe_backend odd_T_fault = {"odd_T_fault", "wrong on odd T", fault_available, fault_supports,
-                                        odd_create, fault_forward, fault_route, fault_destroy};
+                                        odd_create, fault_forward, fault_route, fault_destroy, NULL};
 
 /* ---------------------------------------------------------------- fixtures */
 
