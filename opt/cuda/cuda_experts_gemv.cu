@@ -30,7 +30,9 @@
 #define GEMV_THREADS 128
 #define GEMV_MIN_BLOCKS 3 /* resident blocks per multiprocessor the registers must allow */
 #define GEMV_WARPS (GEMV_THREADS / 32)
-#define GEMV_PAIRS 2      /* row pairs per warp, one after the other */
+#ifndef GEMV_PAIRS         /* (the kernel lab builds other values with NVFLAGS=-DGEMV_PAIRS=N) */
+#define GEMV_PAIRS 8      /* row pairs per warp, one after the other */
+#endif
 #define GEMV_ROWS_PER_BLOCK (GEMV_WARPS * GEMV_PAIRS * 2)
 #define GEMV_UNROLL 4     /* 16-byte chunks per lane and row in one pipeline step */
 #define GEMV_WARP_VALUES (32 * 32)                     /* values a warp covers per chunk */
