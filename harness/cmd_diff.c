@@ -12,6 +12,7 @@
  */
 #include "../common/checkpoint.h"
 #include "../common/safetensors.h"
+#include "cli_args.h"
 #include "commands.h"
 #include "compare.h"
 #include "mutants.h"
@@ -29,48 +30,32 @@ static void usage(FILE *f) {
 
 int cmd_diff(int argc, char **argv) {
     const char *model = NULL, *input = NULL, *a_name = NULL, *b_name = "ref";
-    int layer = -1, n = 1, pad = 0;
-    moe_split_kind kind = MOE_SPLIT_NONE;
-    moe_precision prec = MOE_PRECISION_SERVING;
-    for (int i = 0; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "inkling-moe diff: option %s needs a value\n", o);
-            return 2;
-        }
-        i++;
-        if (!strcmp(o, "--model")) model = v;
-        else if (!strcmp(o, "--input")) input = v;
-        else if (!strcmp(o, "--layer")) layer = atoi(v);
-        else if (!strcmp(o, "--backend")) a_name = v;
-        else if (!strcmp(o, "--against")) b_name = v;
-        else if (!strcmp(o, "--tp")) kind = MOE_SPLIT_TP, n = atoi(v);
-        else if (!strcmp(o, "--ep")) kind = MOE_SPLIT_EP, n = atoi(v);
-        else if (!strcmp(o, "--pad-inter")) pad = atoi(v);
-        else if (!strcmp(o, "--precision") && (!strcmp(v, "exact") || !strcmp(v, "serving")))
-            prec = !strcmp(v, "exact") ? MOE_PRECISION_EXACT : MOE_PRECISION_SERVING;
-        else {
-            fprintf(stderr, "inkling-moe diff: unknown option or value: %s %s\n", o, v);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!model || !input || !a_name) {
-        fprintf(stderr, "inkling-moe diff: --model, --input and --backend are required\n");
-        usage(stderr);
-        return 2;
-    }
+    int layer = -1, tp = 1, ep = 1, pad = 0, precision = 1;
+    cli_option opts[] = {
+        {.name = "--model", .kind = CLI_STRING, .out = &model, .required = true, .nonempty = true},
+        {.name = "--input", .kind = CLI_STRING, .out = &input, .required = true, .nonempty = true},
+        {.name = "--backend", .kind = CLI_STRING, .out = &a_name, .required = true, .nonempty = true},
+        {.name = "--against", .kind = CLI_STRING, .out = &b_name, .nonempty = true},
+        {.name = "--layer", .kind = CLI_INT, .out = &layer, .lo = 0, .hi = 999999},
+        {.name = "--tp", .kind = CLI_INT, .out = &tp, .lo = 1, .hi = 1024, .excludes = "--ep"},
+        {.name = "--ep", .kind = CLI_INT, .out = &ep, .lo = 1, .hi = 1024},
+        {.name = "--pad-inter", .kind = CLI_INT, .out = &pad, .lo = 0, .hi = 1 << 20},
+        {.name = "--precision", .kind = CLI_CHOICE, .out = &precision, .choices = "exact,serving"},
+    };
+    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
+    int rc = cli_parse("diff", opts, n_opts, argc, argv, usage);
+    if (rc >= 0) return rc;
+    moe_split_kind kind = cli_find(opts, n_opts, "--tp")->given   ? MOE_SPLIT_TP
+                          : cli_find(opts, n_opts, "--ep")->given ? MOE_SPLIT_EP
+                                                                  : MOE_SPLIT_NONE;
+    int n = kind == MOE_SPLIT_TP ? tp : kind == MOE_SPLIT_EP ? ep : 1;
+    moe_precision prec = precision == 0 ? MOE_PRECISION_EXACT : MOE_PRECISION_SERVING;
     /* a planted-bug path (mutant:NAME) shows what a divergence looks like on real files */
     const moe_backend *a = moe_backend_find(a_name) ? moe_backend_find(a_name) : moe_mutant_find(a_name);
     const moe_backend *b = moe_backend_find(b_name) ? moe_backend_find(b_name) : moe_mutant_find(b_name);
-    if (!a || !b) {
-        fprintf(stderr, "inkling-moe diff: unknown backend '%s'\n", a ? b_name : a_name);
-        return 2;
-    }
+    if (!a || !b)
+        return cli_fail("diff", "argument %s: unknown backend '%s'", a ? "--against" : "--backend",
+                        a ? b_name : a_name);
     moe_error err;
     moe_error_clear(&err);
     moe_checkpoint ck;
@@ -79,17 +64,13 @@ int cmd_diff(int argc, char **argv) {
     int T = 0, loaded = -1;
     uint16_t *x = NULL;
     moe_status st = moe_checkpoint_open(model, &ck, &err);
-    if (st) {
-        fprintf(stderr, "inkling-moe diff: %s\n", err.msg);
-        return 2;
-    }
+    if (st) return cli_fail("diff", "%s", err.msg);
     st = moe_checkpoint_layer(&ck, layer, &loaded, &cfg, &w, &err);
     if (!st) st = moe_read_input(input, cfg.D, &T, &x, &err);
     if (st) {
-        fprintf(stderr, "inkling-moe diff: %s\n", err.msg);
         moe_checkpoint_close(&ck);
         free(x);
-        return 2;
+        return cli_fail("diff", "%s", err.msg);
     }
     moe_options opt = moe_options_default();
     opt.precision = prec;
@@ -97,15 +78,15 @@ int cmd_diff(int argc, char **argv) {
     memset(&rb, 0, sizeof rb);
     st = moe_run_path(a, &opt, &cfg, &w, kind, n, pad, T, x, true, &ra, &err);
     if (!st) st = moe_run_path(b, &opt, &cfg, &w, MOE_SPLIT_NONE, 1, 0, T, x, true, &rb, &err);
-    int rc = 2;
+    rc = 2;
     if (st) {
-        fprintf(stderr, "inkling-moe diff: %s\n", err.msg);
+        cli_fail("diff", "%s", err.msg);
     } else {
         moe_cmp_case cc = {&cfg, &w, T, x};
         moe_cmp_report rep;
         st = moe_compare_runs(&cc, &ra, &rb, NULL, NULL, &rep, &err);
         if (st) {
-            fprintf(stderr, "inkling-moe diff: %s\n", err.msg);
+            cli_fail("diff", "%s", err.msg);
         } else {
             printf("layer %d, T = %d: A = %s, B = %s\n", loaded, T, ra.name, rb.name);
             printf("stages compared:");

@@ -20,11 +20,14 @@
  *   - --selftest hunts every mutant (harness/mutants.c) with smoke cases and fails if one
  *     survives, or if the control mutant (no bug) is ever caught.
  */
+#include "cli_args.h"
 #include "cmd_fuzz.h"
 #include "commands.h"
 #include "fuzz.h"
 #include "fuzz_tally.h"
 #include "mutants.h"
+
+#include "../common/out_file.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -79,6 +82,8 @@ static void usage(FILE *f) {
             "  failures: [--reruns N] (fresh reruns, default 5) [--history N] (cases kept, default 32)\n");
 }
 
+static int check_report_dir(const char *dir);
+
 /* ---------------------------------------------------------------- targets */
 
 /* Is name one of the comma-separated names of list? */
@@ -101,7 +106,7 @@ static int registry_candidates(const char *paths, const moe_backend **out, int c
         snprintf(list, sizeof list, "%s", paths);
         for (char *save = NULL, *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save))
             if (!moe_backend_find(name) || moe_backend_find(name) == &moe_backend_ref) {
-                fprintf(stderr, "inkling-moe fuzz: --paths: '%s' is not a candidate path of this build\n", name);
+                cli_fail("fuzz", "argument --paths: '%s' is not a candidate path of this build", name);
                 return -1;
             }
     }
@@ -110,7 +115,7 @@ static int registry_candidates(const char *paths, const moe_backend **out, int c
         const moe_backend *be = moe_backend_at(i);
         if (be == &moe_backend_ref || (paths && !listed(paths, be->name))) continue;
         if (n == cap) {
-            fprintf(stderr, "inkling-moe fuzz: more than %d candidate paths; name fewer with --paths\n", cap);
+            cli_fail("fuzz", "argument --paths: more than %d candidate paths; name fewer", cap);
             return -1;
         }
         out[n++] = be;
@@ -125,7 +130,7 @@ static int choose_targets(const fuzz_args *a, const moe_backend **cands, int cap
     if (a->mutant) {
         cands[0] = moe_mutant_find(a->mutant);
         if (!cands[0]) {
-            fprintf(stderr, "inkling-moe fuzz: unknown mutant '%s'\n", a->mutant);
+            cli_fail("fuzz", "argument --mutant: unknown mutant '%s'", a->mutant);
             return 2;
         }
         t.n_candidates = 1;
@@ -135,9 +140,8 @@ static int choose_targets(const fuzz_args *a, const moe_backend **cands, int cap
         if (t.n_candidates < 0) return 2;
     }
     if (fuzz_paths_per_case(&t) > FUZZ_MAX_PATHS) {
-        fprintf(stderr, "inkling-moe fuzz: %d candidates give %d paths per case; a case holds %d "
-                "(FUZZ_MAX_PATHS): name fewer with --paths\n", t.n_candidates, fuzz_paths_per_case(&t),
-                FUZZ_MAX_PATHS);
+        cli_fail("fuzz", "argument --paths: %d candidates give %d paths per case; a case holds %d "
+                 "(FUZZ_MAX_PATHS): name fewer", t.n_candidates, fuzz_paths_per_case(&t), FUZZ_MAX_PATHS);
         return 2;
     }
     *tg = t;
@@ -161,7 +165,7 @@ static int run_one(const fuzz_args *a) {
     moe_error err;
     moe_error_clear(&err);
     if (fuzz_case_parse(a->case_line, &c, &err)) {
-        fprintf(stderr, "inkling-moe fuzz: %s\n", err.msg);
+        cli_fail("fuzz", "%s", err.msg);
         return 2;
     }
     const moe_backend *cands[MAX_CANDIDATES];
@@ -171,7 +175,7 @@ static int run_one(const fuzz_args *a) {
     printf("case: %s\n", fuzz_case_format(&c, line, sizeof line));
     fuzz_case_result res;
     if (fuzz_run_case(&c, &tg, &res, &err)) {
-        fprintf(stderr, "inkling-moe fuzz: %s\n", err.msg);
+        cli_fail("fuzz", "%s", err.msg);
         return 2;
     }
     if (res.sampled[0]) printf("reference checked %s\n", res.sampled);
@@ -193,7 +197,7 @@ static int run_selftest(const fuzz_args *a) {
     moe_error err;
     moe_error_clear(&err);
     if (fuzz_suite_load(a->suite_dir, "smoke", &smoke, &err)) {
-        fprintf(stderr, "inkling-moe fuzz: %s\n", err.msg);
+        cli_fail("fuzz", "%s", err.msg);
         return 2;
     }
     uint64_t seed = a->seed_given ? a->seed : 1;
@@ -303,23 +307,34 @@ static void junit_case(FILE *f, const char *path, const char *what, char kind, c
     fprintf(f, "</testcase>\n");
 }
 
+/* A report is gathered in memory (open_memstream) and published whole through the
+ * all-or-nothing writer (common/out_file.h). Returns 0, or 2 after one error line. */
+static int publish(const char *path, FILE *f, char **buf, size_t *len) {
+    moe_error err = {0};
+    moe_out_file o;
+    int bad = ferror(f);
+    bad |= fclose(f) != 0;
+    moe_status st = bad ? moe_fail(&err, MOE_ERR_NOMEM, "file %s: out of memory", path)
+                        : moe_out_open(path, &o, &err);
+    if (!st) st = moe_out_write(&o, *buf, *len, &err);
+    if (!st) st = moe_out_commit(&o, &err);
+    free(*buf);
+    return st ? cli_fail("fuzz", "%s", err.msg) : 0;
+}
+
 /* The JUnit report: a testsuite per path; in it one testcase for the passing cases, one for the
  * skipped ones, one per recorded failing case (its line, shrunk line and regression file), and
  * one for failing cases beyond the recorded ones, so that every failure shows as a failure. */
-static void write_junit(const fuzz_args *a, const fuzz_totals *tt) {
-    char path[1200];
+static int write_junit(const fuzz_args *a, const fuzz_totals *tt) {
+    char path[1200], *buf = NULL;
+    size_t len = 0;
     snprintf(path, sizeof path, "%s/fuzz-junit.xml", a->report_dir);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "inkling-moe fuzz: cannot write %s\n", path);
-        return;
-    }
     long tests = 0, fails = 0, skips = 0;
     int (*counts)[3] = calloc((size_t)tt->tally.n + 1, sizeof *counts); /* testcases, failures, skipped */
-    if (!counts) {
-        fprintf(stderr, "inkling-moe fuzz: out of memory for %s\n", path);
-        fclose(f);
-        return;
+    FILE *f = counts ? open_memstream(&buf, &len) : NULL;
+    if (!f) {
+        free(counts);
+        return cli_fail("fuzz", "file %s: out of memory", path);
     }
     for (int i = 0; i < tt->tally.n; i++) {
         const fuzz_path_tally *p = &tt->tally.p[i];
@@ -364,19 +379,18 @@ static void write_junit(const fuzz_args *a, const fuzz_totals *tt) {
         fprintf(f, "  </testsuite>\n");
     }
     fprintf(f, "</testsuites>\n");
-    fclose(f);
     free(counts);
+    return publish(path, f, &buf, &len);
 }
 
-static void write_reports(const fuzz_args *a, const fuzz_totals *tt, fuzz_suite *suites, int ns) {
-    if (fuzz_mkdir_p(a->report_dir)) {
-        fprintf(stderr, "inkling-moe fuzz: cannot create report directory %s\n", a->report_dir);
-        return;
-    }
-    char path[1200];
+static int write_reports(const fuzz_args *a, const fuzz_totals *tt, fuzz_suite *suites, int ns) {
+    if (check_report_dir(a->report_dir)) return 2;
+    char path[1200], *buf = NULL;
+    size_t len = 0;
     snprintf(path, sizeof path, "%s/fuzz.json", a->report_dir);
-    FILE *f = fopen(path, "w");
-    if (f) {
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return cli_fail("fuzz", "file %s: out of memory", path);
+    {
         fprintf(f, "{\n  \"seed\": %" PRIu64 ",\n  \"seconds\": %.3f,\n  \"cases\": %ld,\n", a->seed, tt->elapsed, tt->cases);
         fprintf(f, "  \"cases_per_second\": %.3f,\n  \"paths\": [\n", tt->elapsed > 0 ? tt->cases / tt->elapsed : 0.0);
         for (int i = 0; i < tt->tally.n; i++) {
@@ -412,9 +426,9 @@ static void write_reports(const fuzz_args *a, const fuzz_totals *tt, fuzz_suite 
             fprintf(f, "}%s\n", i + 1 < tt->n_failures ? "," : "");
         }
         fprintf(f, "  ]\n}\n");
-        fclose(f);
     }
-    write_junit(a, tt);
+    if (publish(path, f, &buf, &len)) return 2;
+    return write_junit(a, tt);
 }
 
 /* ---------------------------------------------------------------- the fuzz loop */
@@ -441,17 +455,17 @@ static int load_suites(const fuzz_args *a, fuzz_suite *suites, int *ns) {
     *ns = 0;
     for (char *save = NULL, *s = strtok_r(list, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
         if (*ns == MAX_SUITES) {
-            fprintf(stderr, "inkling-moe fuzz: --suite: more than %d suites\n", MAX_SUITES);
+            cli_fail("fuzz", "argument --suite: more than %d suites", MAX_SUITES);
             return 2;
         }
         if (fuzz_suite_load(a->suite_dir, s, &suites[*ns], &err)) {
-            fprintf(stderr, "inkling-moe fuzz: %s\n", err.msg);
+            cli_fail("fuzz", "%s", err.msg);
             return 2;
         }
         (*ns)++;
     }
     if (!*ns) {
-        fprintf(stderr, "inkling-moe fuzz: no suite given\n");
+        cli_fail("fuzz", "argument --suite: no suite given");
         return 2;
     }
     return 0;
@@ -552,7 +566,7 @@ static int run_fuzz(const fuzz_args *a) {
         const double case_start = now;
         if (fuzz_run_case(&c, &tg, &res, &err)) {
             char line[512];
-            fprintf(stderr, "inkling-moe fuzz: case could not run (%s): %s\n", err.msg,
+            cli_fail("fuzz", "case could not run (%s): %s", err.msg,
                     fuzz_case_format(&c, line, sizeof line));
             tt.total_failures++;
             continue;
@@ -583,22 +597,10 @@ static int run_fuzz(const fuzz_args *a) {
     fuzz_tally_print(stdout, &tt.tally);
     const long P = tt.tally.passed, F = tt.tally.failed, S = tt.tally.skipped;
     for (int i = 0; i < ns; i++) printf("  suite %-22s %8ld cases\n", suites[i].name, tt.suite_cases[i]);
-    write_reports(a, &tt, suites, ns);
+    if (write_reports(a, &tt, suites, ns)) return 2;
     printf("reports: %s/fuzz.json, %s/fuzz-junit.xml\n", a->report_dir, a->report_dir);
     printf("%ld passed, %ld failed, %ld skipped\n", P, F, S);
     return F || tt.total_failures ? 1 : 0;
-}
-
-/* --repeat, --reruns, --history: an integer >= 1, else one line naming the option. */
-static int positive_int(const char *opt, const char *v, int *out) {
-    char *end;
-    long n = strtol(v, &end, 10);
-    if (end == v || *end || n < 1 || n > 1000000) {
-        fprintf(stderr, "inkling-moe fuzz: %s '%s': expected an integer from 1 to 1000000\n", opt, v);
-        return 2;
-    }
-    *out = (int)n;
-    return 0;
 }
 
 /* --stress and --replay FILE (cmd_fuzz_stress.c, cmd_fuzz_replay.c). */
@@ -614,46 +616,49 @@ static int run_history(const fuzz_args *a) {
     return fuzz_cmd_stress(&o, suites, ns, &tg);
 }
 
+/* The report directory exists and is writable before any case runs: a run that cannot
+ * leave its reports fails at once instead of announcing files it never wrote. */
+static int check_report_dir(const char *dir) {
+    if (strlen(dir) > 1000) return cli_fail("fuzz", "argument --report-dir: longer than 1000 bytes");
+    if (fuzz_mkdir_p(dir) || access(dir, W_OK | X_OK))
+        return cli_fail("fuzz", "argument --report-dir: cannot create or write directory %s: %s", dir,
+                        strerror(errno));
+    return 0;
+}
+
 int cmd_fuzz(int argc, char **argv) {
     fuzz_args a = {60.0, 0, false, "build/fuzz-report", "harness/suites", "fuzz/regressions",
                    NULL, NULL, "smoke,ci", 0, true, false, NULL, false,
                    false, NULL, 10, 5, 32};
-    bool regress_given = false;
-    for (int i = 0; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = true;
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "--no-shrink")) a.shrink = false, takes = false;
-        else if (!strcmp(o, "--selftest")) a.selftest = true, takes = false;
-        else if (!strcmp(o, "--no-ref")) a.no_ref = true, takes = false;
-        else if (!strcmp(o, "--stress")) a.stress = true, takes = false;
-        else if (!v) {
-            fprintf(stderr, "inkling-moe fuzz: option %s needs a value\n", o);
-            usage(stderr);
-            return 2;
-        } else if (!strcmp(o, "--seconds")) a.seconds = strtod(v, NULL);
-        else if (!strcmp(o, "--seed")) a.seed = strtoull(v, NULL, 0), a.seed_given = true;
-        else if (!strcmp(o, "--report-dir")) a.report_dir = v;
-        else if (!strcmp(o, "--suite-dir")) a.suite_dir = v;
-        else if (!strcmp(o, "--regress-dir")) a.regress_dir = v, regress_given = true;
-        else if (!strcmp(o, "--case")) a.case_line = v;
-        else if (!strcmp(o, "--mutant")) a.mutant = v;
-        else if (!strcmp(o, "--suite")) a.suites = v;
-        else if (!strcmp(o, "--paths")) a.paths = v;
-        else if (!strcmp(o, "--max-cases")) a.max_cases = strtol(v, NULL, 10);
-        else if (!strcmp(o, "--replay")) a.replay = v;
-        else if (!strcmp(o, "--repeat") || !strcmp(o, "--reruns") || !strcmp(o, "--history")) {
-            int *dst = !strcmp(o, "--repeat") ? &a.repeat : !strcmp(o, "--reruns") ? &a.reruns : &a.history;
-            if (positive_int(o, v, dst)) return 2;
-        } else {
-            fprintf(stderr, "inkling-moe fuzz: unknown option %s\n", o);
-            usage(stderr);
-            return 2;
-        }
-        if (takes) i++;
-    }
+    bool no_shrink = false;
+    cli_option opts[] = {
+        {.name = "--seconds", .kind = CLI_REAL, .out = &a.seconds, .lo = 0.001, .hi = 31536000},
+        {.name = "--seed", .kind = CLI_U64, .out = &a.seed},
+        {.name = "--suite", .kind = CLI_STRING, .out = &a.suites, .nonempty = true},
+        {.name = "--report-dir", .kind = CLI_STRING, .out = &a.report_dir, .nonempty = true},
+        {.name = "--regress-dir", .kind = CLI_STRING, .out = &a.regress_dir, .nonempty = true},
+        {.name = "--suite-dir", .kind = CLI_STRING, .out = &a.suite_dir, .nonempty = true},
+        {.name = "--max-cases", .kind = CLI_LONG, .out = &a.max_cases, .lo = 0, .hi = 1e12},
+        {.name = "--no-shrink", .kind = CLI_FLAG, .out = &no_shrink},
+        {.name = "--mutant", .kind = CLI_STRING, .out = &a.mutant, .nonempty = true},
+        {.name = "--paths", .kind = CLI_STRING, .out = &a.paths, .nonempty = true},
+        {.name = "--no-ref", .kind = CLI_FLAG, .out = &a.no_ref},
+        {.name = "--case", .kind = CLI_STRING, .out = &a.case_line, .nonempty = true,
+         .excludes = "--selftest"},
+        {.name = "--selftest", .kind = CLI_FLAG, .out = &a.selftest, .excludes = "--mutant"},
+        {.name = "--stress", .kind = CLI_FLAG, .out = &a.stress, .excludes = "--replay"},
+        {.name = "--replay", .kind = CLI_STRING, .out = &a.replay, .nonempty = true,
+         .excludes = "--case"},
+        {.name = "--repeat", .kind = CLI_INT, .out = &a.repeat, .lo = 1, .hi = 1000000},
+        {.name = "--reruns", .kind = CLI_INT, .out = &a.reruns, .lo = 1, .hi = 1000000},
+        {.name = "--history", .kind = CLI_INT, .out = &a.history, .lo = 1, .hi = 1000000},
+    };
+    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
+    int rc = cli_parse("fuzz", opts, n_opts, argc, argv, usage);
+    if (rc >= 0) return rc;
+    a.shrink = !no_shrink;
+    a.seed_given = cli_find(opts, n_opts, "--seed")->given;
+    bool regress_given = cli_find(opts, n_opts, "--regress-dir")->given;
     if (!a.seed_given) a.seed = (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
     /* a mutant's failures are planted: keep them out of the real regression set */
     static char mutant_dir[1100];
@@ -664,5 +669,6 @@ int cmd_fuzz(int argc, char **argv) {
     if (a.replay || a.stress) return run_history(&a);
     if (a.case_line) return run_one(&a);
     if (a.selftest) return run_selftest(&a);
+    if (check_report_dir(a.report_dir)) return 2;
     return run_fuzz(&a);
 }

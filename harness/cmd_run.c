@@ -13,6 +13,7 @@
  *     tensor, config field or argument at fault, and no output file (the writer renames a
  *     complete temporary file into place only at the very end).
  */
+#include "cli_args.h"
 #include "commands.h"
 
 #include "../common/checkpoint.h"
@@ -21,8 +22,6 @@
 #include "../common/out_file.h"
 #include "../common/safetensors.h"
 
-#include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +42,7 @@ static void usage(FILE *f) {
             "  --tp N, --ep N     run all N ranks of tensor / expert parallelism and sum them\n"
             "  --pad-inter N      round each rank's intermediate width up to a multiple of N\n"
             "  --stages           also write logits F32 [T, R+S] (and sink_y F32 [T, D] unsplit)\n"
-            "  --threads N        threads for the backend (0: its default)\n"
+            "  --threads N        threads for the backend, 0..256 (0: its default)\n"
             "  --strict           refuse input rows holding NaN or inf instead of NaN outputs\n");
 }
 
@@ -55,81 +54,34 @@ typedef struct {
     bool stages, strict;
 } run_args;
 
-/* One line on stderr: control characters (a tensor name may hold any) become '?'. */
-static int fail_line(const char *msg) {
-    char line[sizeof ((moe_error *)0)->msg];
-    snprintf(line, sizeof line, "%s", msg);
-    for (char *p = line; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
-    fprintf(stderr, "inkling-moe run: %s\n", line);
-    return 2;
-}
-
-static int bad_arg(const char *fmt, const char *a, const char *b) {
-    char msg[512];
-    snprintf(msg, sizeof msg, fmt, a, b);
-    return fail_line(msg);
-}
-
-static bool parse_count(const char *s, int lo, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > INT_MAX) return false;
-    *out = (int)v;
-    return true;
-}
+/* One line on stderr, escaped (cli_args.h). */
+static int fail_line(const char *msg) { return cli_fail("run", "%s", msg); }
 
 /* Returns -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, run_args *a) {
     *a = (run_args){.backend = "ref", .layer = -1, .n = 1, .kind = MOE_SPLIT_NONE,
                     .precision = MOE_PRECISION_SERVING};
-    for (int i = 0; i < argc; i++) {
-        const char *o = argv[i];
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(o, "--stages")) { a->stages = true; continue; }
-        if (!strcmp(o, "--strict")) { a->strict = true; continue; }
-        static const char *const valued[] = {"--model", "--layer", "--input", "--out", "--backend",
-                                             "--precision", "--tp", "--ep", "--pad-inter",
-                                             "--threads"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(o, valued[k]);
-        if (!known) return bad_arg("argument %s: unknown option%s (see --help)", o, "");
-        if (i + 1 >= argc) return bad_arg("argument %s: needs a value%s", o, "");
-        const char *v = argv[++i];
-        int n;
-        if (!strcmp(o, "--model")) a->model = v;
-        else if (!strcmp(o, "--input")) a->input = v;
-        else if (!strcmp(o, "--out")) a->out = v;
-        else if (!strcmp(o, "--backend")) a->backend = v;
-        else if (!strcmp(o, "--precision")) {
-            if (!strcmp(v, "exact")) a->precision = MOE_PRECISION_EXACT;
-            else if (!strcmp(v, "serving")) a->precision = MOE_PRECISION_SERVING;
-            else return bad_arg("argument --precision: '%s' is not exact or serving%s", v, "");
-        } else if (!strcmp(o, "--layer")) {
-            if (!parse_count(v, 0, &a->layer))
-                return bad_arg("argument --layer: '%s' is not a layer number%s", v, "");
-        } else if (!strcmp(o, "--tp") || !strcmp(o, "--ep")) {
-            if (a->kind != MOE_SPLIT_NONE)
-                return bad_arg("argument %s: only one of --tp and --ep may be given%s", o, "");
-            if (!parse_count(v, 1, &n))
-                return bad_arg("argument %s: '%s' is not a positive rank count", o, v);
-            a->kind = o[2] == 't' ? MOE_SPLIT_TP : MOE_SPLIT_EP;
-            a->n = n;
-        } else if (!strcmp(o, "--pad-inter")) {
-            if (!parse_count(v, 0, &a->pad_inter))
-                return bad_arg("argument --pad-inter: '%s' is not a non-negative integer%s", v, "");
-        } else if (!parse_count(v, 0, &a->threads)) {
-            return bad_arg("argument --threads: '%s' is not a non-negative integer%s", v, "");
-        }
-    }
-    if (!a->model) return fail_line("argument --model: missing (see --help)");
-    if (!a->input) return fail_line("argument --input: missing (see --help)");
-    if (!a->out) return fail_line("argument --out: missing (see --help)");
-    if (!a->out[0]) return fail_line("argument --out: empty (a file name is needed)");
+    int tp = 1, ep = 1, precision = 1;
+    cli_option opts[] = {
+        {.name = "--model", .kind = CLI_STRING, .out = &a->model, .required = true, .nonempty = true},
+        {.name = "--input", .kind = CLI_STRING, .out = &a->input, .required = true, .nonempty = true},
+        {.name = "--out", .kind = CLI_STRING, .out = &a->out, .required = true, .nonempty = true},
+        {.name = "--layer", .kind = CLI_INT, .out = &a->layer, .lo = 0, .hi = 999999},
+        {.name = "--backend", .kind = CLI_STRING, .out = &a->backend, .nonempty = true},
+        {.name = "--precision", .kind = CLI_CHOICE, .out = &precision, .choices = "exact,serving"},
+        {.name = "--tp", .kind = CLI_INT, .out = &tp, .lo = 1, .hi = 1024, .excludes = "--ep"},
+        {.name = "--ep", .kind = CLI_INT, .out = &ep, .lo = 1, .hi = 1024},
+        {.name = "--pad-inter", .kind = CLI_INT, .out = &a->pad_inter, .lo = 0, .hi = 1 << 20},
+        {.name = "--threads", .kind = CLI_INT, .out = &a->threads, .lo = 0, .hi = CLI_MAX_THREADS},
+        {.name = "--stages", .kind = CLI_FLAG, .out = &a->stages},
+        {.name = "--strict", .kind = CLI_FLAG, .out = &a->strict},
+    };
+    const int n = (int)(sizeof opts / sizeof opts[0]);
+    int rc = cli_parse("run", opts, n, argc, argv, usage);
+    if (rc >= 0) return rc;
+    a->precision = precision == 0 ? MOE_PRECISION_EXACT : MOE_PRECISION_SERVING;
+    if (cli_find(opts, n, "--tp")->given) a->kind = MOE_SPLIT_TP, a->n = tp;
+    if (cli_find(opts, n, "--ep")->given) a->kind = MOE_SPLIT_EP, a->n = ep;
     return -1;
 }
 

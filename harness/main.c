@@ -1,4 +1,5 @@
 /* main.c: inkling-moe, the project's command-line tool: a table of subcommands. */
+#include "cli_args.h"
 #include "commands.h"
 
 #include "../common/out_file.h"
@@ -21,17 +22,12 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     moe_out_guard_signals(); /* an interrupted write leaves no temporary behind */
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
-    }
+    if (argc < 2) return cli_fail(NULL, "a command is needed (inkling-moe --help lists them)");
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].main(argc - 2, argv + 2);
-    fprintf(stderr, "inkling-moe: unknown command '%s'\n", argv[1]);
-    usage(stderr);
-    return 2;
+    return cli_fail(NULL, "unknown command '%s' (inkling-moe --help lists them)", argv[1]);
 }
