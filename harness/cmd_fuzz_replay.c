@@ -12,6 +12,7 @@
  *   - the last line "N passed, N failed, N skipped" counts path-case outcomes over all
  *     repetitions; exit status 1 when any repetition failed, 2 for a bad file.
  */
+#include "cli_args.h"
 #include "cmd_fuzz.h"
 #include "fuzz_tally.h"
 
@@ -41,7 +42,7 @@ int fuzz_cmd_replay(const char *file, const fuzz_history_opts *o, const fuzz_tar
     fuzz_sequence s;
     moe_error err;
     if (fuzz_sequence_load(file, &s, &err)) {
-        fprintf(stderr, "inkling-moe fuzz: %s\n", err.msg);
+        cli_fail("fuzz", "%s", err.msg);
         return 2;
     }
     printf("replay %s: %d cases, check %s, path %s, %d repetitions; ", file, s.n,
@@ -51,7 +52,7 @@ int fuzz_cmd_replay(const char *file, const fuzz_history_opts *o, const fuzz_tar
     fuzz_replay_result rr;
     double t0 = fuzz_now();
     if (fuzz_sequence_replay(&s, tg, o->repeat, 0, &rr, &err)) {
-        fprintf(stderr, "inkling-moe fuzz: replay could not run: %s\n", err.msg);
+        cli_fail("fuzz", "replay could not run: %s", err.msg);
         fuzz_sequence_free(&s);
         return 2;
     }

@@ -13,6 +13,7 @@
  *   - a failure is judged deterministic or intermittent (fuzz_flaky.h); an intermittent one is
  *     saved as a sequence of the cases before it.
  */
+#include "cli_args.h"
 #include "cmd_fuzz.h"
 #include "fuzz_stress.h"
 #include "fuzz_tally.h"
@@ -51,13 +52,13 @@ int fuzz_cmd_stress(const fuzz_history_opts *o, const fuzz_suite *suites, int n_
     moe_error err;
     fuzz_stress_plan plan;
     if (fuzz_stress_plan_init(&plan, suites, n_suites, o->seed, &err)) {
-        fprintf(stderr, "inkling-moe fuzz: %s\n", err.msg);
+        cli_fail("fuzz", "%s", err.msg);
         return 2;
     }
     fuzz_targets tg = *tg_in;
     tg.pool = fuzz_pool_new(STRESS_POOL_BYTES);
     if (!tg.pool) {
-        fprintf(stderr, "inkling-moe fuzz: out of memory for the stress pool\n");
+        cli_fail("fuzz", "out of memory for the stress pool");
         return 2;
     }
     printf("fuzz stress seed: %" PRIu64 "   (repeat with: inkling-moe fuzz --stress --seed %" PRIu64 ")\n", o->seed, o->seed);
@@ -82,7 +83,7 @@ int fuzz_cmd_stress(const fuzz_history_opts *o, const fuzz_suite *suites, int n_
         tg.n_threads = step % 64 == 63 ? 0 : 1;
         if (fuzz_stress_case(&c, &tg, &res, &err)) {
             char line[512];
-            fprintf(stderr, "inkling-moe fuzz: stress case could not run (%s): %s\n", err.msg,
+            cli_fail("fuzz", "stress case could not run (%s): %s", err.msg,
                     fuzz_case_format(&c, line, sizeof line));
             not_run++;
             continue;

@@ -1,6 +1,7 @@
 /*
  * fuzz_tally.c: outcomes per path class (rules in fuzz_tally.h).
  */
+#include "cli_args.h"
 #include "fuzz_tally.h"
 
 #include <stdlib.h>
@@ -25,7 +26,7 @@ int fuzz_tally_add(fuzz_tally *t, const fuzz_case_result *res) {
     for (int i = 0; i < res->n; i++) {
         fuzz_path_tally *p = tally_of(t, res->r[i].path);
         if (!p) {
-            fprintf(stderr, "inkling-moe fuzz: out of memory for the tally of path %s\n", res->r[i].path);
+            cli_fail("fuzz", "out of memory for the tally of path %s", res->r[i].path);
             return 1;
         }
         const fuzz_outcome o = res->r[i].outcome;
