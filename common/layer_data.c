@@ -15,6 +15,8 @@ void moe_layer_data_free(moe_layer_data *ld) {
     free(ld->w13_scale);
     free(ld->w2_mx);
     free(ld->w2_scale);
+    free(ld->w13_scale2);
+    free(ld->w2_scale2);
     free(ld->w13_bf16);
     free(ld->w2_bf16);
     free(ld->sink_w13);
@@ -30,26 +32,33 @@ moe_status moe_layer_data_alloc(const moe_config *cfg, moe_layer_data *ld, moe_e
     ld->cfg = *cfg;
     ld->gate_w = calloc((R + S) * D, sizeof(uint16_t));
     ld->gate_bias = cfg->has_gate_bias ? calloc(R, sizeof(float)) : NULL;
-    if (cfg->routed_format == MOE_ROUTED_MXFP4) {
+    const moe_routed_format_info *fi = moe_routed_format_get(cfg->routed_format);
+    const size_t B = (size_t)fi->block;
+    if (B) {
         ld->w13_mx = calloc(R * 2 * I * D / 2, 1);
-        ld->w13_scale = calloc(R * 2 * I * D / 32, 1);
+        ld->w13_scale = calloc(R * 2 * I * D / B, 1);
         ld->w2_mx = calloc(R * D * I / 2, 1);
-        ld->w2_scale = calloc(R * D * I / 32, 1);
+        ld->w2_scale = calloc(R * D * I / B, 1);
     } else {
         ld->w13_bf16 = calloc(R * 2 * I * D, sizeof(uint16_t));
         ld->w2_bf16 = calloc(R * D * I, sizeof(uint16_t));
     }
+    if (fi->has_scale2) {
+        ld->w13_scale2 = calloc(R, sizeof(float));
+        ld->w2_scale2 = calloc(R, sizeof(float));
+    }
     ld->sink_w13 = calloc(S * 2 * I * D + 1, sizeof(uint16_t));
     ld->sink_w2 = calloc(S * D * I + 1, sizeof(uint16_t));
-    bool mx = cfg->routed_format == MOE_ROUTED_MXFP4;
     if (!ld->gate_w || (cfg->has_gate_bias && !ld->gate_bias) || !ld->sink_w13 || !ld->sink_w2 ||
-        (mx && (!ld->w13_mx || !ld->w13_scale || !ld->w2_mx || !ld->w2_scale)) ||
-        (!mx && (!ld->w13_bf16 || !ld->w2_bf16))) {
+        (B && (!ld->w13_mx || !ld->w13_scale || !ld->w2_mx || !ld->w2_scale)) ||
+        (fi->has_scale2 && (!ld->w13_scale2 || !ld->w2_scale2)) ||
+        (!B && (!ld->w13_bf16 || !ld->w2_bf16))) {
         moe_layer_data_free(ld);
         return moe_fail(err, MOE_ERR_NOMEM, "layer data: out of memory");
     }
     moe_weights w = {ld->gate_w,  ld->gate_bias, 1.0f,        ld->w13_mx,   ld->w13_scale, ld->w2_mx,
-                     ld->w2_scale, ld->w13_bf16, ld->w2_bf16, ld->sink_w13, ld->sink_w2};
+                     ld->w2_scale, ld->w13_bf16, ld->w2_bf16, ld->sink_w13, ld->sink_w2,
+                     ld->w13_scale2, ld->w2_scale2};
     ld->w = w;
     return MOE_OK;
 }
@@ -79,6 +88,26 @@ static void fill_mxfp4(uint8_t *codes, uint8_t *scales, size_t rows, size_t cols
     }
 }
 
+/* Codes uniform over all 16 (byte i from counter i); E4M3 scale bytes 0x30..0x40 (0.5..2, all
+ * mantissas; from counter n_code_bytes + i); one scale2 per expert, 1 / (2.93 sqrt(cols)) times
+ * a factor in [0.75, 1.25) (counter n_code_bytes + n_scales + e), so the weights have the bf16
+ * layers' magnitude (2.93: the rms of a uniform E2M1 code). */
+static void fill_nvfp4(uint8_t *codes, uint8_t *scales, float *scale2, size_t experts, size_t rows,
+                       size_t cols, uint64_t seed, uint64_t stream) {
+    const size_t n_code_bytes = experts * rows * cols / 2, n_scales = experts * rows * cols / 16;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n_code_bytes; i++) codes[i] = (uint8_t)(moe_rng_hash(seed, stream, i) & 0xFF);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n_scales; i++) {
+        moe_rng r = {seed, stream, n_code_bytes + i};
+        scales[i] = (uint8_t)moe_rng_int(&r, 0x30, 0x40);
+    }
+    for (size_t e = 0; e < experts; e++) {
+        moe_rng r = {seed, stream, n_code_bytes + n_scales + e};
+        scale2[e] = (float)((0.75 + 0.5 * moe_rng_uniform(&r)) / (2.93 * sqrt((double)cols)));
+    }
+}
+
 moe_status moe_layer_data_random(const moe_config *cfg, uint64_t seed, moe_layer_data *ld,
                                  moe_error *err) {
     moe_status st = moe_layer_data_alloc(cfg, ld, err);
@@ -93,6 +122,9 @@ moe_status moe_layer_data_random(const moe_config *cfg, uint64_t seed, moe_layer
     if (cfg->routed_format == MOE_ROUTED_MXFP4) {
         fill_mxfp4(ld->w13_mx, ld->w13_scale, R * 2 * I, D, seed, 4);
         fill_mxfp4(ld->w2_mx, ld->w2_scale, R * D, I, seed, 5);
+    } else if (cfg->routed_format == MOE_ROUTED_NVFP4) {
+        fill_nvfp4(ld->w13_mx, ld->w13_scale, ld->w13_scale2, R, 2 * I, D, seed, 4);
+        fill_nvfp4(ld->w2_mx, ld->w2_scale, ld->w2_scale2, R, D, I, seed, 5);
     } else {
         fill_bf16_normal(ld->w13_bf16, R * 2 * I * D, 1.0 / sqrt((double)D), seed, 4);
         fill_bf16_normal(ld->w2_bf16, R * D * I, 1.0 / sqrt((double)I), seed, 5);

@@ -7,6 +7,8 @@
  *   - bf16 experts ~ N(0, 1/D) (w13) and N(0, 1/I) (w2);
  *   - MXFP4 experts: uniform random codes (all 16 appear) with scale bytes around
  *     127 - log2(sqrt(n)) - 2, so decoded weights have a magnitude like the bf16 ones;
+ *   - NVFP4 experts: uniform random codes, E4M3 scale bytes 0x30..0x40 (0.5 to 2), one scale2
+ *     per expert near 1 / (2.93 sqrt(n)), so decoded weights have the same magnitude;
  *   - gate bias ~ N(0, 0.05^2), global_scale uniform in [0.5, 2].
  */
 #ifndef INKLING_LAYER_DATA_H
@@ -20,9 +22,11 @@ typedef struct {
     uint16_t *gate_w;     /* [R+S, D] */
     float *gate_bias;     /* [R] or NULL */
     uint8_t *w13_mx;      /* [R, 2I, D/2] */
-    uint8_t *w13_scale;   /* [R, 2I, D/32] */
+    uint8_t *w13_scale;   /* [R, 2I, D/B] (B: the format's block, 32 or 16) */
     uint8_t *w2_mx;       /* [R, D, I/2] */
-    uint8_t *w2_scale;    /* [R, D, I/32] */
+    uint8_t *w2_scale;    /* [R, D, I/B] */
+    float *w13_scale2;    /* [R] (NVFP4) */
+    float *w2_scale2;     /* [R] (NVFP4) */
     uint16_t *w13_bf16;   /* [R, 2I, D] */
     uint16_t *w2_bf16;    /* [R, D, I] */
     uint16_t *sink_w13;   /* [S, 2I, D] */

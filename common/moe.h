@@ -62,9 +62,30 @@ const char *moe_status_name(moe_status st);
 /* ---------------------------------------------------------------- layer configuration */
 
 typedef enum {
-    MOE_ROUTED_MXFP4 = 0, /* routed experts in MXFP4 (every quantized MoE layer) */
+    MOE_ROUTED_MXFP4 = 0, /* routed experts in MXFP4 (the Quark releases' quantized layers) */
     MOE_ROUTED_BF16 = 1,  /* routed experts in bf16 (the first MoE layer, layer 2) */
+    MOE_ROUTED_NVFP4 = 2, /* routed experts in NVFP4 (the ModelOpt -NVFP4 releases) */
+    MOE_ROUTED_FORMAT_COUNT
 } moe_routed_format;
+
+/* What every layer of the project needs to know about a routed weight format (the one table:
+ * common/routed_formats.c). Block formats store E2M1 codes two to a byte (element 2k in the
+ * low nibble) in the *_mx arrays and one scale byte per `block` elements in the *_scale
+ * arrays; NVFP4 adds one fp32 scale2 per expert and matrix, which multiplies the products. */
+struct moe_block_format_s; /* numeric.h: element and scale decoders of a block format */
+
+typedef struct {
+    const char *name;      /* "MXFP4", "bf16", "NVFP4": messages */
+    const char *key;       /* "mxfp4", "bf16", "nvfp4": case lines and reports */
+    int block;             /* elements per scale byte; 0 for bf16 (no blocks) */
+    bool has_scale2;       /* one fp32 scale2 per expert (NVFP4) */
+    const struct moe_block_format_s *decoder; /* NULL for bf16 */
+} moe_routed_format_info;
+
+/* The entry of fmt, or NULL for a value outside the enum. */
+const moe_routed_format_info *moe_routed_format_get(moe_routed_format fmt);
+/* The format whose key is key, or -1. */
+int moe_routed_format_from_key(const char *key);
 
 typedef struct {
     int D;                /* hidden_size */
@@ -78,8 +99,8 @@ typedef struct {
     moe_routed_format routed_format;
 } moe_config;
 
-/* Checks the configuration on its own (positive sizes, 1 <= K <= R, MXFP4 block alignment of
- * D and I, finite route_scale). Names the offending config field on failure. */
+/* Checks the configuration on its own (positive sizes, 1 <= K <= R, block alignment of D and I
+ * for the block formats, finite route_scale). Names the offending config field on failure. */
 moe_status moe_config_validate(const moe_config *cfg, moe_error *err);
 
 /* The full layer's weights, as in the checkpoint (SPEC §3a). Pointers are borrowed (they may
@@ -88,14 +109,16 @@ typedef struct {
     const uint16_t *gate_w;     /* [R+S, D] bf16; rows >= R are the sinks' gate rows */
     const float *gate_bias;     /* [R], or NULL when !has_gate_bias */
     float global_scale;         /* 1 when !has_global_scale */
-    const uint8_t *w13_mx;      /* MXFP4 [R, 2I, D/2]; row 2j = W1 row j (gate), 2j+1 = W3 row j (up) */
-    const uint8_t *w13_scale;   /* E8M0  [R, 2I, D/32] */
-    const uint8_t *w2_mx;       /* MXFP4 [R, D, I/2] */
-    const uint8_t *w2_scale;    /* E8M0  [R, D, I/32] */
+    const uint8_t *w13_mx;      /* E2M1  [R, 2I, D/2]; row 2j = W1 row j (gate), 2j+1 = W3 row j (up) */
+    const uint8_t *w13_scale;   /* [R, 2I, D/B]: E8M0 (MXFP4, B = 32) or E4M3 (NVFP4, B = 16) */
+    const uint8_t *w2_mx;       /* E2M1  [R, D, I/2] */
+    const uint8_t *w2_scale;    /* [R, D, I/B] */
     const uint16_t *w13_bf16;   /* bf16  [R, 2I, D], same interleave */
     const uint16_t *w2_bf16;    /* bf16  [R, D, I] */
     const uint16_t *sink_w13;   /* bf16  [S, 2I, D], same interleave */
     const uint16_t *sink_w2;    /* bf16  [S, D, I] */
+    const float *w13_scale2;    /* NVFP4 [R] fp32, finite and >= 0; NULL otherwise */
+    const float *w2_scale2;     /* NVFP4 [R] */
 } moe_weights;
 
 /* ---------------------------------------------------------------- splits and shards */
@@ -126,10 +149,12 @@ typedef struct {
     uint16_t *gate_w;      /* [R+S, D] bf16: every rank computes the full routing */
     float *gate_bias;      /* [R] or NULL */
     float global_scale;
-    uint8_t *w13_mx;       /* [n_local_experts, 2*I_local, D/2]   (MXFP4 only) */
-    uint8_t *w13_scale;    /* [n_local_experts, 2*I_local, D/32]  (MXFP4 only) */
-    uint8_t *w2_mx;        /* [n_local_experts, D, I_local/2]     (MXFP4 only) */
-    uint8_t *w2_scale;     /* [n_local_experts, D, I_local/32]    (MXFP4 only) */
+    uint8_t *w13_mx;       /* [n_local_experts, 2*I_local, D/2]   (block formats) */
+    uint8_t *w13_scale;    /* [n_local_experts, 2*I_local, D/B]   (block formats, B = block) */
+    uint8_t *w2_mx;        /* [n_local_experts, D, I_local/2]     (block formats) */
+    uint8_t *w2_scale;     /* [n_local_experts, D, I_local/B]     (block formats) */
+    float *w13_scale2;     /* [n_local_experts] (NVFP4; padding experts 0) */
+    float *w2_scale2;      /* [n_local_experts] (NVFP4) */
     uint16_t *w13_bf16;    /* [n_local_experts, 2*I_local, D]     (bf16 only) */
     uint16_t *w2_bf16;     /* [n_local_experts, D, I_local]       (bf16 only) */
     uint16_t *sink_w13;    /* [S, 2*sink_I_local, D] */
@@ -137,13 +162,15 @@ typedef struct {
 } moe_shard;
 
 /* Validates a split against a configuration without building anything: n divides what it must,
- * MXFP4 slabs stay 32-aligned, rank in range. Names the offending field. */
+ * block-format slabs stay block-aligned (32 MXFP4, 16 NVFP4), rank in range. Names the offending field. */
 moe_status moe_split_validate(const moe_config *cfg, const moe_split *split, moe_error *err);
 
 /* Copies the slab of w that split.rank holds into a new shard, padding as SPEC §4 says. Only
- * the slab's bytes are read, so w may point into memory-mapped checkpoint files. Every MXFP4
- * scale block copied is checked: a NaN byte (0xFF) or a block whose largest weight overflows
- * fp32 fails with MOE_ERR_VALUE naming the tensor and index. On failure *shard is empty. */
+ * the slab's bytes are read, so w may point into memory-mapped checkpoint files. Every scale
+ * block copied is checked: a NaN byte (E8M0 0xFF, E4M3 0x7F/0xFF), an MXFP4 block whose
+ * largest weight overflows fp32, an NVFP4 scale2 that is negative, not finite, or makes the
+ * largest weight overflow fp32 fail with MOE_ERR_VALUE naming the tensor and index. On
+ * failure *shard is empty. */
 moe_status moe_shard_build(const moe_config *cfg, const moe_weights *w, const moe_split *split,
                            moe_shard *shard, moe_error *err);
 void moe_shard_free(moe_shard *shard);

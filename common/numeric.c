@@ -1,4 +1,4 @@
-/* numeric.c: MXFP4 decoding and the counter-based generator (rules in numeric.h). */
+/* numeric.c: MXFP4 and NVFP4 decoding and the counter-based generator (rules in numeric.h). */
 #include "numeric.h"
 
 #include <math.h>
@@ -20,8 +20,19 @@ void moe_mxfp4_decode_row(const uint8_t *packed, const uint8_t *scales, int n, f
 
 static float e2m1_element(uint8_t code) { return moe_e2m1_to_f32(code); }
 static float e8m0_scale(uint8_t byte) { return moe_e8m0_to_f32(byte); }
+static float e4m3_scale(uint8_t byte) { return moe_e4m3_to_f32(byte); }
 
-const moe_block_format moe_format_mxfp4 = {"MXFP4", 32, e2m1_element, e8m0_scale};
+const moe_block_format moe_format_mxfp4 = {"MXFP4", 32, e2m1_element, e8m0_scale, "E8M0"};
+const moe_block_format moe_format_nvfp4 = {"NVFP4", 16, e2m1_element, e4m3_scale, "E4M3"};
+
+void moe_block_decode_row(const moe_block_format *f, const uint8_t *packed,
+                          const uint8_t *scales, int n, float *out) {
+    for (int c = 0; c < n; c++) {
+        uint8_t byte = packed[c / 2];
+        uint8_t code = (c % 2 == 0) ? (uint8_t)(byte & 0x0Fu) : (uint8_t)(byte >> 4);
+        out[c] = f->element(code) * f->scale(scales[c / f->block]);
+    }
+}
 
 /* splitmix64's finaliser, applied twice over a mix of the three words: a bijective scramble
  * whose outputs pass the usual statistical batteries for such counter generators. */

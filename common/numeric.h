@@ -7,12 +7,16 @@
  *     the largest bf16 becomes inf, as in IEEE arithmetic.
  *   - E2M1 (FP4): codes 0..7 are 0, 0.5, 1, 1.5, 2, 3, 4, 6; bit 3 is the sign (0x8 is -0).
  *   - E8M0: byte b is 2^(b-127); b = 0 is 2^-127 (an fp32 subnormal, not zero); 0xFF is NaN.
+ *   - E4M3 (float8_e4m3fn): sign bit 7, exponent bits 6..3 with bias 7, mantissa bits 2..0;
+ *     exponent 0 is subnormal, (m/8) * 2^-6; 0x7F and 0xFF are NaN (no inf); largest 448.
  *   - MXFP4: one E8M0 scale per 32 consecutive elements along the reduction dimension; two
  *     codes per byte, element 2k in the low nibble, element 2k+1 in the high nibble.
- *   - Every decode is exact in fp32: decoding never adds error.
+ *   - NVFP4: the same codes and packing, one E4M3 scale per 16 elements, and one fp32 scale2
+ *     per expert that multiplies the block dot products (not part of the row decode here).
+ *   - Every decode is exact in fp32: decoding never adds error (an E2M1 value has at most two
+ *     significant bits, an E4M3 one at most four, and their product stays in fp32's range).
  *
- * A second block format (NVFP4: E4M3 scale per 16 elements, fp32 per-tensor scale) fits the
- * same shape: a block size, a scale decoder and an element decoder; see moe_block_format.
+ * A block format is a block size, a scale decoder and an element decoder: moe_block_format.
  */
 #ifndef INKLING_NUMERIC_H
 #define INKLING_NUMERIC_H
@@ -42,6 +46,14 @@ static inline uint16_t moe_f32_to_bf16(float f) {
 /* fp32 -> nearest bf16 -> fp32: "rounded to bf16" in the SPEC's precision contracts. */
 static inline float moe_round_bf16(float f) { return moe_bf16_to_f32(moe_f32_to_bf16(f)); }
 
+/* 2^k exactly for -10 <= k <= 5 (the E4M3 exponents). */
+static inline float moe_e4m3_pow2(int k) {
+    uint32_t u = (uint32_t)(127 + k) << 23;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* code: the low 4 bits are used. */
 static inline float moe_e2m1_to_f32(uint8_t code) {
     static const float magnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
@@ -60,6 +72,20 @@ static inline float moe_e8m0_to_f32(uint8_t b) {
     return f;
 }
 
+/* Exactly; 0x7F and 0xFF are NaN. */
+static inline float moe_e4m3_to_f32(uint8_t b) {
+    const int e = (b >> 3) & 15, m = b & 7;
+    if ((b & 0x7Fu) == 0x7Fu) {
+        const uint32_t qnan = 0x7fc00000u;
+        float f;
+        memcpy(&f, &qnan, sizeof f);
+        return f;
+    }
+    /* subnormal (m/8) 2^-6, normal (1 + m/8) 2^(e-7): both m * 2^-9 or (8 + m) * 2^(e-10) */
+    float v = e == 0 ? (float)m * 0x1.0p-9f : (float)(8 + m) * moe_e4m3_pow2(e - 10);
+    return (b & 0x80u) ? -v : v;
+}
+
 /* Largest E8M0 byte for which code magnitude m_max (in units of E2M1, at most 6) times the
  * scale is finite in fp32. */
 int moe_e8m0_max_finite_byte(float code_magnitude_max);
@@ -69,14 +95,21 @@ int moe_e8m0_max_finite_byte(float code_magnitude_max);
 void moe_mxfp4_decode_row(const uint8_t *packed, const uint8_t *scales, int n, float *out);
 
 /* The description of a block-scaled 4-bit format: enough for decoding and validation. */
-typedef struct {
+typedef struct moe_block_format_s {
     const char *name;
     int block;                        /* elements per scale */
     float (*element)(uint8_t code);   /* 4-bit code -> value */
     float (*scale)(uint8_t byte);     /* scale byte -> multiplier (NaN if invalid) */
+    const char *scale_name;           /* "E8M0", "E4M3": for messages */
 } moe_block_format;
 
 extern const moe_block_format moe_format_mxfp4;
+extern const moe_block_format moe_format_nvfp4;
+
+/* Decodes n elements of one row of format f: packed [n/2] bytes, scales [n/f->block],
+ * out [n] fp32 = code * scale (NVFP4's scale2 is not applied). n a multiple of f->block. */
+void moe_block_decode_row(const moe_block_format *f, const uint8_t *packed,
+                          const uint8_t *scales, int n, float *out);
 
 /* ---------------------------------------------------------------- counter-based random numbers */
 

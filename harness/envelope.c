@@ -15,7 +15,8 @@
  *     closer than their radii (sigmoid slope <= 1/4 times the logit radius, plus fp32
  *     evaluation); weights: relative radius 2 * max logit radius + fp32 evaluation of the
  *     log-sigmoid form;
- *   - g, u: radius acc(D) * sum|W||x|; serving rounds them to bf16, and h = silu(g) u (gamma)
+ *   - g, u: radius acc(D) * sum|W||x| (NVFP4: plus one rounding of |g| + radius, for the fp32
+ *     multiply by scale2 after the block dot product; likewise y); serving rounds them to bf16, and h = silu(g) u (gamma)
  *     is bounded over the corners of the rounded intervals (plus the minimum of silu when the
  *     interval holds it) with 16 ulp of fp32 evaluation, then rounded to bf16; exact: first
  *     order propagation with |silu'| <= 1.1;
@@ -175,11 +176,18 @@ static void routed_matrices(const builder *b, int e, ref_matrix *w13, ref_matrix
     memset(w2, 0, sizeof *w2);
     w13->rows = (int)(2 * I), w13->cols = (int)D;
     w2->rows = (int)D, w2->cols = (int)I;
-    if (c->routed_format == MOE_ROUTED_MXFP4) {
+    const moe_routed_format_info *fi = moe_routed_format_get(c->routed_format);
+    if (fi->block) {
+        const size_t B = (size_t)fi->block;
+        w13->fmt = w2->fmt = fi->decoder;
         w13->mx = b->w->w13_mx + (size_t)e * 2 * I * D / 2;
-        w13->scale = b->w->w13_scale + (size_t)e * 2 * I * D / 32;
+        w13->scale = b->w->w13_scale + (size_t)e * 2 * I * D / B;
         w2->mx = b->w->w2_mx + (size_t)e * D * I / 2;
-        w2->scale = b->w->w2_scale + (size_t)e * D * I / 32;
+        w2->scale = b->w->w2_scale + (size_t)e * D * I / B;
+        if (fi->has_scale2) {
+            w13->scale2 = b->w->w13_scale2 + e;
+            w2->scale2 = b->w->w2_scale2 + e;
+        }
     } else {
         w13->bf16 = b->w->w13_bf16 + (size_t)e * 2 * I * D;
         w2->bf16 = b->w->w2_bf16 + (size_t)e * D * I;
@@ -188,8 +196,8 @@ static void routed_matrices(const builder *b, int e, ref_matrix *w13, ref_matrix
 
 static void sink_matrices(const builder *b, int s, ref_matrix *w13, ref_matrix *w2) {
     const size_t D = (size_t)b->cfg->D, I = (size_t)b->cfg->I;
-    ref_matrix a = {NULL, NULL, b->w->sink_w13 + (size_t)s * 2 * I * D, (int)(2 * I), (int)D};
-    ref_matrix m = {NULL, NULL, b->w->sink_w2 + (size_t)s * D * I, (int)D, (int)I};
+    ref_matrix a = {.bf16 = b->w->sink_w13 + (size_t)s * 2 * I * D, .rows = (int)(2 * I), .cols = (int)D};
+    ref_matrix m = {.bf16 = b->w->sink_w2 + (size_t)s * D * I, .rows = (int)D, .cols = (int)I};
     *w13 = a;
     *w2 = m;
 }
@@ -275,6 +283,10 @@ static void slot_h(builder *b, const ref_matrix *w13, double gamma, double gamma
         ref_matrix_row(w13, 2 * j + 1, s->row);
         dot_mag(s->row, s->x, D, &u, &mu);
         double rg = ga * mg + ABS_FLOOR, ru = ga * mu + ABS_FLOOR;
+        if (w13->scale2) { /* scale2 multiplies the block dot product: one more rounding */
+            rg += unit(p) * (fabs(g) + rg);
+            ru += unit(p) * (fabs(u) + ru);
+        }
         double exact = silu(g) * u * gamma, lo, hi;
         if (p == MOE_PRECISION_SERVING) {
             double glo = to_bf16(g - rg), ghi = to_bf16(g + rg);
@@ -312,6 +324,7 @@ static void slot_y(builder *b, const ref_matrix *w2, int expert, double weight, 
     token_scratch *s = b->s;
     const int D = e->D, I = e->I, n = e->split_n;
     const double ya = acc_bound(e->precision, I);
+    const double post = w2->scale2 ? unit(e->precision) : 0.0; /* NVFP4: y' * scale2 rounded */
     double yc[64], yr[64], ym[64]; /* per rank; split_n <= 64 (checked when building) */
     for (int d = 0; d < D; d++) {
         ref_matrix_row(w2, d, s->row);
@@ -325,7 +338,9 @@ static void slot_y(builder *b, const ref_matrix *w2, int expert, double weight, 
         double c = 0.0, rad = 0.0;
         for (int r = 0; r <= n; r++) {
             /* r < n: rank r; r == n: the whole (unsplit) y */
-            double rc = r < n ? yc[r] : c, rr = r < n ? yr[r] + ya * ym[r] : rad;
+            double rr_r = r < n ? yr[r] + ya * ym[r] : 0.0;
+            if (r < n) rr_r += post * (fabs(yc[r]) + rr_r);
+            double rc = r < n ? yc[r] : c, rr = r < n ? rr_r : rad;
             double size = fabs(rc) + rr;
             double tc = weight * rc;
             double trad = fabs(weight) * rr + fabs(weight) * w_rel * size;
@@ -336,7 +351,7 @@ static void slot_y(builder *b, const ref_matrix *w2, int expert, double weight, 
             s->pmag[at] += tmag;
             if (r < n) {
                 c += yc[r];
-                rad += yr[r] + ya * ym[r];
+                rad += rr_r;
             }
         }
         if (y_band)

@@ -35,15 +35,22 @@ void ref_route_token(const float *logits, const float *bias, int R, int K, int S
 void ref_route_tokens(const moe_shard *sh, int T, const float *logits, int32_t *ids,
                       float *weights);
 
+struct moe_block_format_s;
+
 /* A weight matrix [rows, cols] in either storage, decoded one row at a time. */
 typedef struct {
-    const uint8_t *mx;     /* MXFP4 codes [rows, cols/2], or NULL */
-    const uint8_t *scale;  /* E8M0 [rows, cols/32] */
+    const uint8_t *mx;     /* E2M1 codes [rows, cols/2], or NULL */
+    const uint8_t *scale;  /* scale bytes [rows, cols/B] of fmt */
     const uint16_t *bf16;  /* bf16 [rows, cols], or NULL */
     int rows, cols;
+    const struct moe_block_format_s *fmt; /* the block format of mx; NULL: MXFP4 */
+    const float *scale2;   /* NVFP4: the matrix's per-expert scale2 (multiplies every weight); NULL: 1 */
 } ref_matrix;
 
-/* Row r of m, exactly, as double: out [cols]. */
+/* The block format of a block-stored matrix (MXFP4 when m->fmt is NULL). */
+const struct moe_block_format_s *ref_matrix_format(const ref_matrix *m);
+
+/* Row r of m, exactly, as double: out [cols] (NVFP4: code * scale * scale2, exact in double). */
 void ref_matrix_row(const ref_matrix *m, int r, double *out);
 
 /* Views of a shard's local routed expert e (0 <= e < n_local_experts):

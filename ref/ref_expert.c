@@ -2,7 +2,8 @@
  * ref_expert.c: one SwiGLU expert on one token (SPEC §1 steps 4-5, §2).
  *
  * Rules:
- *   - weights are decoded exactly (MXFP4 and bf16 are exact in fp32, so in double);
+ *   - weights are decoded exactly (MXFP4 and bf16 are exact in fp32, so in double; an NVFP4
+ *     weight code * scale * scale2 is exact in double);
  *   - g = W1 x and u = W3 x accumulate in double; w13 rows interleave: row 2j is W1 row j,
  *     row 2j+1 is W3 row j;
  *   - h = gamma * silu(g) * u (gamma = 1 for routed experts: their weight multiplies after W2;
@@ -17,13 +18,20 @@
 #include <math.h>
 #include <string.h>
 
+const moe_block_format *ref_matrix_format(const ref_matrix *m) {
+    return m->fmt ? m->fmt : &moe_format_mxfp4;
+}
+
 void ref_matrix_row(const ref_matrix *m, int r, double *out) {
     if (m->mx) {
+        const moe_block_format *f = ref_matrix_format(m);
         const uint8_t *codes = m->mx + (size_t)r * (m->cols / 2);
-        const uint8_t *scales = m->scale + (size_t)r * (m->cols / 32);
+        const uint8_t *scales = m->scale + (size_t)r * (m->cols / f->block);
+        const double scale2 = m->scale2 ? (double)*m->scale2 : 1.0;
         for (int c = 0; c < m->cols; c++) {
             uint8_t code = c % 2 == 0 ? (uint8_t)(codes[c / 2] & 0x0F) : (uint8_t)(codes[c / 2] >> 4);
-            out[c] = (double)moe_e2m1_to_f32(code) * (double)moe_e8m0_to_f32(scales[c / 32]);
+            /* at most 2 + 4 + 24 significant bits: exact in double */
+            out[c] = (double)f->element(code) * (double)f->scale(scales[c / f->block]) * scale2;
         }
     } else {
         for (int c = 0; c < m->cols; c++) out[c] = (double)moe_bf16_to_f32(m->bf16[(size_t)r * m->cols + c]);
@@ -36,11 +44,18 @@ void ref_routed_matrices(const moe_shard *sh, int e, ref_matrix *w13, ref_matrix
     memset(w2, 0, sizeof *w2);
     w13->rows = (int)(2 * IL), w13->cols = (int)D;
     w2->rows = (int)D, w2->cols = (int)IL;
-    if (sh->cfg.routed_format == MOE_ROUTED_MXFP4) {
+    const moe_routed_format_info *fi = moe_routed_format_get(sh->cfg.routed_format);
+    if (fi->block) {
+        const size_t B = (size_t)fi->block;
+        w13->fmt = w2->fmt = fi->decoder;
         w13->mx = sh->w13_mx + (size_t)e * 2 * IL * D / 2;
-        w13->scale = sh->w13_scale + (size_t)e * 2 * IL * D / 32;
+        w13->scale = sh->w13_scale + (size_t)e * 2 * IL * D / B;
         w2->mx = sh->w2_mx + (size_t)e * D * IL / 2;
-        w2->scale = sh->w2_scale + (size_t)e * D * IL / 32;
+        w2->scale = sh->w2_scale + (size_t)e * D * IL / B;
+        if (fi->has_scale2) {
+            w13->scale2 = sh->w13_scale2 + e;
+            w2->scale2 = sh->w2_scale2 + e;
+        }
     } else {
         w13->bf16 = sh->w13_bf16 + (size_t)e * 2 * IL * D;
         w2->bf16 = sh->w2_bf16 + (size_t)e * D * IL;

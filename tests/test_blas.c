@@ -69,10 +69,11 @@ static small_case random_case(moe_rng *rng, int index) {
     static const int token_counts[] = {0, 1, 7, 64};
     small_case c;
     memset(&c, 0, sizeof c);
-    bool mx = index % 2 == 0;
-    c.cfg.routed_format = mx ? MOE_ROUTED_MXFP4 : MOE_ROUTED_BF16;
-    c.cfg.D = mx ? 32 * moe_rng_int(rng, 1, 4) : 8 * moe_rng_int(rng, 2, 12);
-    c.cfg.I = mx ? 32 * moe_rng_int(rng, 1, 3) : 8 * moe_rng_int(rng, 1, 12);
+    static const moe_routed_format formats[3] = {MOE_ROUTED_MXFP4, MOE_ROUTED_BF16, MOE_ROUTED_NVFP4};
+    c.cfg.routed_format = formats[index % 3];
+    const int block = moe_routed_format_get(c.cfg.routed_format)->block, unit = block ? block : 8;
+    c.cfg.D = unit * moe_rng_int(rng, block ? 1 : 2, 128 / unit);
+    c.cfg.I = unit * moe_rng_int(rng, 1, 96 / unit);
     c.cfg.R = moe_rng_int(rng, 1, 12);
     c.cfg.K = moe_rng_int(rng, 1, c.cfg.R);
     c.cfg.S = moe_rng_int(rng, 0, 3);
@@ -110,7 +111,7 @@ static void test_random_layers_match_reference(void **state) {
     if (!blas_here()) skip();
     moe_rng rng = moe_rng_make(2024, 6);
     int per_kind[3] = {0, 0, 0}, padded = 0;
-    for (int i = 0; i < 48; i++) {
+    for (int i = 0; i < 60; i++) {
         small_case c = random_case(&rng, i);
         per_kind[c.kind]++;
         padded += c.pad > 0 && c.kind != MOE_SPLIT_NONE;
@@ -123,7 +124,7 @@ static void test_random_layers_match_reference(void **state) {
         char label[160];
         snprintf(label, sizeof label,
                  "case %d (%s D=%d I=%d R=%d K=%d S=%d T=%d split %d x%d pad %d)", i,
-                 c.cfg.routed_format == MOE_ROUTED_MXFP4 ? "mxfp4" : "bf16", c.cfg.D, c.cfg.I,
+                 moe_routed_format_get(c.cfg.routed_format)->key, c.cfg.D, c.cfg.I,
                  c.cfg.R, c.cfg.K, c.cfg.S, c.T, (int)c.kind, c.n, c.pad);
         expect_matches_ref(&ld, c.T, x, c.kind, c.n, c.pad, label);
         free(x);
@@ -426,7 +427,7 @@ static void test_tile_decode_is_exact(void **state) {
     moe_rng rng = moe_rng_make(8, 8);
     for (size_t i = 0; i < sizeof packed; i++) packed[i] = (uint8_t)moe_rng_int(&rng, 0, 255);
     for (size_t i = 0; i < sizeof scales; i++) scales[i] = (uint8_t)(i == 0 ? 0 : moe_rng_int(&rng, 0, 254));
-    ref_matrix m = {packed, scales, NULL, ROWS, COLS};
+    ref_matrix m = {.mx = packed, .scale = scales, .rows = ROWS, .cols = COLS};
     blas_decode_rows(&m, 1, 2, fast);
     for (int r = 0; r < 2; r++) {
         moe_mxfp4_decode_row(packed + (r + 1) * COLS / 2, scales + (r + 1) * COLS / 32, COLS, want);

@@ -52,6 +52,32 @@ static void test_e2m1_every_code(void **state) {
     assert_true(f32_bits(moe_e2m1_to_f32(0x0)) == 0x00000000u);
 }
 
+/* E4M3 (float8_e4m3fn) from its fields: bias 7, exponent 0 subnormal (m/8) 2^-6, 0x7F/0xFF NaN. */
+static void test_e4m3_every_byte(void **state) {
+    (void)state;
+    for (int b = 0; b < 256; b++) {
+        float v = moe_e4m3_to_f32((uint8_t)b);
+        int e = (b >> 3) & 15, m = b & 7;
+        if ((b & 0x7F) == 0x7F) {
+            assert_true(isnan(v));
+            continue;
+        }
+        double want = e == 0 ? ldexp(m / 8.0, -6) : ldexp(1.0 + m / 8.0, e - 7);
+        if (b & 0x80) want = -want;
+        if ((double)v != want || (signbit(v) != 0) != ((b & 0x80) != 0))
+            fail_msg("E4M3 byte 0x%02X decodes to %a, expected %a", b, (double)v, want);
+    }
+    assert_true(moe_e4m3_to_f32(0x7E) == 448.0f);
+    assert_true(moe_e4m3_to_f32(0x01) == 0x1p-9f);
+    /* an NVFP4 row: one scale per 16 elements, low nibble first, scale2 not applied */
+    uint8_t packed[16], scales[2] = {0x38, 0x01}; /* 1.0, 2^-9 */
+    for (int i = 0; i < 16; i++) packed[i] = (uint8_t)(0x21 + (i & 1)); /* codes 1/2, then 2 */
+    float out[32];
+    moe_block_decode_row(&moe_format_nvfp4, packed, scales, 32, out);
+    assert_true(out[0] == 0.5f && out[1] == 1.0f && out[2] == 1.0f && out[15] == 1.0f);
+    assert_true(out[16] == 0.5f * 0x1p-9f && out[17] == 0x1p-9f && out[31] == 0x1p-9f);
+}
+
 static void test_e8m0_every_byte(void **state) {
     (void)state;
     for (int b = 0; b <= 254; b++) {
@@ -288,6 +314,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_e2m1_every_code),
         cmocka_unit_test(test_e8m0_every_byte),
+        cmocka_unit_test(test_e4m3_every_byte),
         cmocka_unit_test(test_e8m0_max_finite_byte),
         cmocka_unit_test(test_mxfp4_row_nibble_order_and_blocks),
         cmocka_unit_test(test_bf16_roundtrip_every_pattern),

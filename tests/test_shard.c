@@ -380,6 +380,58 @@ static void test_overflowing_scale_rejected(void **state) {
     moe_layer_data_free(&ld);
 }
 
+/* NVFP4: NaN E4M3 bytes (0x7F, 0xFF) and bad scale2 values are named with their index; a TP
+ * slab takes w2 bytes [r*I_tp/2, ...) and scale columns [r*I_tp/16, ...), scale2 replicated. */
+static void test_nvfp4_checks_and_slab(void **state) {
+    (void)state;
+    enum { D = 32, I = 64, R = 3, S = 1, IT = I / 2 };
+    moe_config c = mx_config(D, I, R, 1, S);
+    c.routed_format = MOE_ROUTED_NVFP4;
+    moe_layer_data ld;
+    moe_error err = {0};
+    assert_int_equal(moe_layer_data_random(&c, 5, &ld, &err), MOE_OK);
+    moe_split none = {MOE_SPLIT_NONE, 1, 0, 0}, tp = {MOE_SPLIT_TP, 2, 1, 0};
+    moe_shard sh;
+    assert_int_equal(moe_shard_build(&c, &ld.w, &tp, &sh, &err), MOE_OK);
+    for (int e = 0; e < R; e++) {
+        assert_true(sh.w13_scale2[e] == ld.w13_scale2[e] && sh.w2_scale2[e] == ld.w2_scale2[e]);
+        for (int d = 0; d < D; d++) {
+            assert_memory_equal(sh.w2_mx + ((size_t)e * D + d) * (IT / 2),
+                                ld.w2_mx + ((size_t)e * D + d) * (I / 2) + IT / 2, IT / 2);
+            assert_memory_equal(sh.w2_scale + ((size_t)e * D + d) * (IT / 16),
+                                ld.w2_scale + ((size_t)e * D + d) * (I / 16) + IT / 16, IT / 16);
+        }
+        assert_memory_equal(sh.w13_scale + (size_t)e * 2 * IT * (D / 16),
+                            ld.w13_scale + ((size_t)e * 2 * I + 2 * IT) * (D / 16), 2 * IT * (D / 16));
+    }
+    moe_shard_free(&sh);
+    const uint8_t nan_bytes[2] = {0x7F, 0xFF};
+    for (int i = 0; i < 2; i++) {
+        uint8_t *b = ld.w13_scale + ((size_t)2 * 2 * I + 7) * (D / 16) + 1; /* expert 2, row 7 */
+        uint8_t keep = *b;
+        *b = nan_bytes[i];
+        assert_int_equal(moe_shard_build(&c, &ld.w, &none, &sh, &err), MOE_ERR_VALUE);
+        assert_msg_has(err, "experts.w13_weight.scale");
+        assert_msg_has(err, "expert 2, row 7, block 1");
+        *b = keep;
+    }
+    const float bad[4] = {-1.0f, NAN, INFINITY, 1e38f};
+    const char *why[4] = {"negative", "not finite", "not finite", "overflow"};
+    for (int i = 0; i < 4; i++) {
+        float keep = ld.w2_scale2[1];
+        ld.w2_scale2[1] = bad[i];
+        assert_int_equal(moe_shard_build(&c, &ld.w, &tp, &sh, &err), MOE_ERR_VALUE);
+        assert_msg_has(err, "experts.w2_weight.scale2");
+        assert_msg_has(err, "expert 1");
+        assert_msg_has(err, why[i]);
+        ld.w2_scale2[1] = keep;
+    }
+    ld.w13_scale2[0] = 0.0f; /* zero is a valid scale2: the expert's w13 is all zero */
+    assert_int_equal(moe_shard_build(&c, &ld.w, &none, &sh, &err), MOE_OK);
+    moe_shard_free(&sh);
+    moe_layer_data_free(&ld);
+}
+
 static void test_shard_null_arguments(void **state) {
     (void)state;
     moe_config c = mx_config(32, 32, 2, 1, 1);
@@ -411,6 +463,7 @@ int main(void) {
         cmocka_unit_test(test_mxfp4_padding_channels_zero),
         cmocka_unit_test(test_ep_padding_experts_zero),
         cmocka_unit_test(test_nan_scale_rejected_with_index),
+        cmocka_unit_test(test_nvfp4_checks_and_slab),
         cmocka_unit_test(test_overflowing_scale_rejected),
         cmocka_unit_test(test_shard_null_arguments),
     };

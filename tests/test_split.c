@@ -126,7 +126,7 @@ static void check_split(const moe_layer_data *ld, moe_split_kind kind, int n, in
 static void check_invariance(moe_routed_format fmt, moe_split_kind kind, moe_precision prec) {
     /* I = 768 = 3 * 256 = 8 * 96: I/n is a multiple of 32 for every n; bf16 I = 24 likewise
      * divisible; R = 10 needs EP padding for n = 3, 4, 8 */
-    const bool mx = fmt == MOE_ROUTED_MXFP4;
+    const bool mx = fmt != MOE_ROUTED_BF16; /* block formats: I/n a multiple of 32 (or 16) */
     moe_config c = {mx ? 32 : 16, mx ? 768 : 24, 10, 3, 2, 8.0f, true, true, fmt};
     moe_layer_data ld;
     moe_error err = {0};
@@ -158,6 +158,10 @@ static void test_tp_mxfp4_exact(void **s) { (void)s; check_invariance(MOE_ROUTED
 static void test_tp_mxfp4_serving(void **s) { (void)s; check_invariance(MOE_ROUTED_MXFP4, MOE_SPLIT_TP, MOE_PRECISION_SERVING); }
 static void test_ep_mxfp4_exact(void **s) { (void)s; check_invariance(MOE_ROUTED_MXFP4, MOE_SPLIT_EP, MOE_PRECISION_EXACT); }
 static void test_ep_mxfp4_serving(void **s) { (void)s; check_invariance(MOE_ROUTED_MXFP4, MOE_SPLIT_EP, MOE_PRECISION_SERVING); }
+static void test_tp_nvfp4_exact(void **s) { (void)s; check_invariance(MOE_ROUTED_NVFP4, MOE_SPLIT_TP, MOE_PRECISION_EXACT); }
+static void test_tp_nvfp4_serving(void **s) { (void)s; check_invariance(MOE_ROUTED_NVFP4, MOE_SPLIT_TP, MOE_PRECISION_SERVING); }
+static void test_ep_nvfp4_exact(void **s) { (void)s; check_invariance(MOE_ROUTED_NVFP4, MOE_SPLIT_EP, MOE_PRECISION_EXACT); }
+static void test_ep_nvfp4_serving(void **s) { (void)s; check_invariance(MOE_ROUTED_NVFP4, MOE_SPLIT_EP, MOE_PRECISION_SERVING); }
 static void test_tp_bf16_exact(void **s) { (void)s; check_invariance(MOE_ROUTED_BF16, MOE_SPLIT_TP, MOE_PRECISION_EXACT); }
 static void test_tp_bf16_serving(void **s) { (void)s; check_invariance(MOE_ROUTED_BF16, MOE_SPLIT_TP, MOE_PRECISION_SERVING); }
 static void test_ep_bf16_exact(void **s) { (void)s; check_invariance(MOE_ROUTED_BF16, MOE_SPLIT_EP, MOE_PRECISION_EXACT); }
@@ -223,6 +227,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tp_mxfp4_exact),   cmocka_unit_test(test_tp_mxfp4_serving),
         cmocka_unit_test(test_ep_mxfp4_exact),   cmocka_unit_test(test_ep_mxfp4_serving),
+        cmocka_unit_test(test_tp_nvfp4_exact),   cmocka_unit_test(test_tp_nvfp4_serving),
+        cmocka_unit_test(test_ep_nvfp4_exact),   cmocka_unit_test(test_ep_nvfp4_serving),
         cmocka_unit_test(test_tp_bf16_exact),    cmocka_unit_test(test_tp_bf16_serving),
         cmocka_unit_test(test_ep_bf16_exact),    cmocka_unit_test(test_ep_bf16_serving),
         cmocka_unit_test(test_ep_rank_of_padding_only_contributes_sinks),

@@ -7,7 +7,8 @@
  *     product with fewer than 4 token rows is one cblas_sgemv per row instead;
  *   - selection and weights: ref_route_token, the reference's own code;
  *   - routed experts, grouped by expert: the rows of x routed to a local expert are gathered,
- *     its weights decoded tile by tile to fp32 and multiplied with cblas_sgemm; g and u are
+ *     its weights decoded tile by tile to fp32 and multiplied with cblas_sgemm (NVFP4: the tile
+ *     holds code * scale and the products are multiplied by scale2 in fp32); g and u are
  *     rounded to bf16, h = silu(g) * u is formed from them exactly as the reference forms it
  *     (in double) and rounded to bf16; GEMM2 accumulates in fp32 and y_k is kept apart from
  *     the routing weight, which multiplies after W2 (SPEC §1);
@@ -135,6 +136,15 @@ static void times_tile(int n, int rows, int cols, const float *a, int lda, const
 
 static double silu(double z) { return z / (1.0 + exp(-z)); }
 
+/* NVFP4: c [n, ldc] columns [0, cols) times the matrix's scale2, in fp32, after the dot products
+ * (a tile holds code * scale only). Nothing for the other formats. */
+static void apply_scale2(const ref_matrix *m, int n, int cols, float *c, int ldc) {
+    if (!m->scale2) return;
+    const float s2 = *m->scale2;
+    for (int p = 0; p < n; p++)
+        for (int j = 0; j < cols; j++) c[(size_t)p * ldc + j] *= s2;
+}
+
 /* GEMM1 on channels [j0, j0+len) of one expert for n tokens, then h.
  * x [n, D]; gamma [n] or NULL (1); tile [2*len, D] and gu [n, 2*len] scratch;
  * h [n, ldh]: columns [j0, j0+len) are written. */
@@ -142,6 +152,7 @@ static void gemm1_tile(const ref_matrix *w13, const float *x, int n, int D, cons
                        int j0, int len, float *tile, float *gu, float *h, int ldh) {
     blas_decode_rows(w13, 2 * j0, 2 * len, tile);
     times_tile(n, 2 * len, D, x, D, tile, gu, 2 * len);
+    apply_scale2(w13, n, 2 * len, gu, 2 * len);
     for (int p = 0; p < n; p++) {
         const float *row = gu + (size_t)p * 2 * len;
         const double gam = gamma ? (double)gamma[p] : 1.0;
@@ -161,6 +172,7 @@ static void gemm2_tile(const ref_matrix *w2, const float *h, int ldh, int n, int
                        float *tile, float *y, int ldy) {
     blas_decode_rows(w2, d0, len, tile);
     times_tile(n, len, w2->cols, h, ldh, tile, y + d0, ldy);
+    apply_scale2(w2, n, len, y + d0, ldy);
 }
 
 /* Everything one forward call needs besides the state; freed as a whole. */

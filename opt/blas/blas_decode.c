@@ -6,6 +6,9 @@
  *     nibble, 2k+1 in the high nibble. Every product is exact in fp32, so the AVX-512 kernel
  *     (a 16-entry in-register table lookup per nibble, times the block scale) and the portable
  *     moe_mxfp4_decode_row give identical bits; which one runs never changes a result;
+ *   - NVFP4: W'[r, c] = E2M1(code[r, c]) * E4M3(scale[r, c/16]), exact in fp32 (portable
+ *     decoder); the per-expert scale2 is not part of the tile: the caller multiplies the fp32
+ *     dot products by it (SPEC §3, docs/tolerances.md: one more rounding);
  *   - bf16: the upper half of an fp32, exact.
  */
 #include "blas_internal.h"
@@ -56,8 +59,15 @@ void blas_decode_rows(const ref_matrix *m, int r0, int n, float *out) {
         for (size_t i = 0; i < (size_t)n * cols; i++) out[i] = moe_bf16_to_f32(src[i]);
         return;
     }
+    const moe_block_format *f = ref_matrix_format(m);
     const uint8_t *packed = m->mx + (size_t)r0 * (cols / 2);
-    const uint8_t *scales = m->scale + (size_t)r0 * (cols / 32);
+    const uint8_t *scales = m->scale + (size_t)r0 * (cols / (size_t)f->block);
+    if (f != &moe_format_mxfp4) { /* NVFP4: code * E4M3 scale, exact; scale2 is the caller's */
+        for (int i = 0; i < n; i++)
+            moe_block_decode_row(f, packed + i * (cols / 2), scales + i * (cols / (size_t)f->block),
+                                 m->cols, out + i * cols);
+        return;
+    }
 #ifdef BLAS_X86
     if (blas_decode_has_avx512()) {
         for (int i = 0; i < n; i++)

@@ -28,7 +28,7 @@ enum { BLAS_SHAPE_CONSTANTS(BLAS_AS_ENUM) };
  * without OpenBLAS, so that the harness sees them either way). */
 extern const moe_shape_hint blas_shape_hints[];
 
-/* Rows [r0, r0 + n) of m, decoded exactly: out [n, m->cols] fp32. */
+/* Rows [r0, r0 + n) of m, decoded exactly: out [n, m->cols] fp32 (NVFP4: without scale2). */
 void blas_decode_rows(const ref_matrix *m, int r0, int n, float *out);
 
 /* Whether blas_decode_rows uses its AVX-512 MXFP4 kernel on this machine (for reports). */

@@ -112,6 +112,10 @@ bool supports_variant(moe_cuda_variant variant, const moe_config *cfg, const moe
                                "use --precision serving");
         return false;
     }
+    if (cfg->routed_format == MOE_ROUTED_NVFP4) {
+        snprintf(why, why_len, "routed format NVFP4: not yet implemented on the CUDA path");
+        return false;
+    }
     if ((size_t)cfg->R * 4 + (size_t)cfg->K * 4 > 200 * 1024) {
         snprintf(why, why_len, "n_routed_experts %d: the routing kernel keeps R scores in shared "
                                "memory and takes at most 51200", cfg->R);
