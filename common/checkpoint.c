@@ -19,6 +19,7 @@
 #include <cJSON.h>
 #include <errno.h>
 #include <fnmatch.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -61,14 +62,15 @@ static moe_status config_flag(const char *label, const cJSON *obj, const char *f
     return MOE_OK;
 }
 
-/* Appends the strings of quantization_config.<field> (absent or null: nothing) to mc->exclude. */
-static moe_status add_exclude_list(const char *label, const cJSON *qc, const char *field,
-                                   moe_model_config *mc, moe_error *err) {
+/* Appends the strings of <section>.<field> (absent or null: nothing) to mc->exclude; section is
+ * "quantization_config" (config.json) or "quantization" (hf_quant_config.json). */
+static moe_status add_exclude_list(const char *label, const char *section, const cJSON *qc,
+                                   const char *field, moe_model_config *mc, moe_error *err) {
     const cJSON *ex = cJSON_GetObjectItemCaseSensitive(qc, field);
     if (!ex || cJSON_IsNull(ex)) return MOE_OK;
     if (!cJSON_IsArray(ex))
-        return moe_fail(err, MOE_ERR_CONFIG, "%s: config field quantization_config.%s: not an array",
-                        label, field);
+        return moe_fail(err, MOE_ERR_CONFIG, "%s: config field %s.%s: not an array", label,
+                        section, field);
     int n = 0;
     for (const cJSON *e = ex->child; e; e = e->next) n++;
     char **grown = realloc(mc->exclude, (size_t)(mc->n_exclude + n + 1) * sizeof *grown);
@@ -77,16 +79,45 @@ static moe_status add_exclude_list(const char *label, const cJSON *qc, const cha
     int i = 0;
     for (const cJSON *e = ex->child; e; e = e->next, i++) {
         if (!cJSON_IsString(e))
-            return moe_fail(err, MOE_ERR_CONFIG,
-                            "%s: config field quantization_config.%s[%d]: not a string", label,
-                            field, i);
+            return moe_fail(err, MOE_ERR_CONFIG, "%s: config field %s.%s[%d]: not a string",
+                            label, section, field, i);
         if (!(mc->exclude[mc->n_exclude] = strdup(e->valuestring)))
             return moe_fail(err, MOE_ERR_NOMEM, "%s: out of memory", label);
         mc->n_exclude++;
     }
     size_t used = strlen(mc->exclude_field);
-    snprintf(mc->exclude_field + used, sizeof mc->exclude_field - used, "%s%s",
-             used ? " / quantization_config." : "quantization_config.", field);
+    snprintf(mc->exclude_field + used, sizeof mc->exclude_field - used, "%s%s.%s",
+             used ? " / " : "", section, field);
+    return MOE_OK;
+}
+
+/* <section>.quant_algo and .group_size, when present: the algorithm must agree with one read
+ * before (config.json and hf_quant_config.json may both give it). */
+static moe_status parse_quant_algo(const char *label, const char *section, const cJSON *qc,
+                                   moe_model_config *mc, moe_error *err) {
+    const cJSON *algo = cJSON_GetObjectItemCaseSensitive(qc, "quant_algo");
+    if (algo && !cJSON_IsNull(algo)) {
+        if (!cJSON_IsString(algo))
+            return moe_fail(err, MOE_ERR_CONFIG, "%s: config field %s.quant_algo: not a string",
+                            label, section);
+        if (mc->quant_algo[0] && strcmp(mc->quant_algo, algo->valuestring))
+            return moe_fail(err, MOE_ERR_CONFIG,
+                            "%s: config field %s.quant_algo: %s, but %s says %s", label, section,
+                            algo->valuestring, mc->quant_algo_field, mc->quant_algo);
+        snprintf(mc->quant_algo, sizeof mc->quant_algo, "%s", algo->valuestring);
+        snprintf(mc->quant_algo_field, sizeof mc->quant_algo_field, "%s.quant_algo", section);
+    }
+    if (cJSON_GetObjectItemCaseSensitive(qc, "group_size")) {
+        char field[64];
+        snprintf(field, sizeof field, "%s.group_size", section);
+        int g = 0;
+        moe_status st = config_int(label, qc, "group_size", &g, err);
+        if (st) return moe_fail(err, st, "%s: config field %s: not an integer", label, field);
+        if (mc->group_size && g != mc->group_size)
+            return moe_fail(err, MOE_ERR_CONFIG, "%s: config field %s: %d, but another says %d",
+                            label, field, g, mc->group_size);
+        mc->group_size = g;
+    }
     return MOE_OK;
 }
 
@@ -98,8 +129,10 @@ static moe_status parse_quant_config(const char *label, const cJSON *qc, moe_mod
         return moe_fail(err, MOE_ERR_CONFIG, "%s: config field quantization_config: not an object",
                         label);
     mc->has_quant_config = true;
-    moe_status st = add_exclude_list(label, qc, "exclude", mc, err);
-    if (!st) st = add_exclude_list(label, qc, "exclude_modules", mc, err);
+    const char *sec = "quantization_config";
+    moe_status st = add_exclude_list(label, sec, qc, "exclude", mc, err);
+    if (!st) st = add_exclude_list(label, sec, qc, "exclude_modules", mc, err);
+    if (!st) st = parse_quant_algo(label, sec, qc, mc, err);
     if (!st && !mc->exclude_field[0])
         snprintf(mc->exclude_field, sizeof mc->exclude_field, "quantization_config.exclude");
     return st;
@@ -161,6 +194,28 @@ moe_status moe_model_config_parse(const char *text, size_t len, const char *labe
     moe_status st = parse_config(label, root, mc, err);
     cJSON_Delete(root);
     if (st) moe_model_config_free(mc);
+    return st;
+}
+
+moe_status moe_model_config_add_hf_quant(const char *text, size_t len, const char *label,
+                                         moe_model_config *mc, moe_error *err) {
+    if (!label) label = "hf_quant_config.json";
+    const char *end = NULL;
+    cJSON *root = text ? cJSON_ParseWithLengthOpts(text, len, &end, 0) : NULL;
+    if (!root)
+        return moe_fail(err, MOE_ERR_FORMAT, "%s: not valid JSON (near byte %lld)", label,
+                        end && text ? (long long)(end - text) : -1LL);
+    const cJSON *q = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "quantization") : NULL;
+    moe_status st = MOE_OK;
+    if (!cJSON_IsObject(q)) {
+        st = moe_fail(err, MOE_ERR_CONFIG, "%s: config field quantization: %s", label,
+                      q ? "not an object" : "missing");
+    } else {
+        mc->has_quant_config = true;
+        st = add_exclude_list(label, "quantization", q, "exclude_modules", mc, err);
+        if (!st) st = parse_quant_algo(label, "quantization", q, mc, err);
+    }
+    cJSON_Delete(root);
     return st;
 }
 
@@ -333,6 +388,24 @@ static moe_status read_index(moe_checkpoint *ck, const char *path, moe_error *er
     return st;
 }
 
+/* ModelOpt's hf_quant_config.json beside config.json, when there is one. */
+static moe_status read_hf_quant_config(moe_checkpoint *ck, moe_error *err) {
+    char *path = join_path(ck->dir, "hf_quant_config.json");
+    if (!path) return moe_fail(err, MOE_ERR_NOMEM, "checkpoint: out of memory");
+    FILE *probe = fopen(path, "rb");
+    moe_status st = MOE_OK;
+    if (probe) {
+        fclose(probe);
+        char *text = NULL;
+        size_t len = 0;
+        st = read_small_file(path, &text, &len, err);
+        if (!st) st = moe_model_config_add_hf_quant(text, len, path, &ck->config, err);
+        free(text);
+    }
+    free(path);
+    return st;
+}
+
 moe_status moe_checkpoint_open(const char *dir, moe_checkpoint *ck, moe_error *err) {
     if (!ck) return moe_fail(err, MOE_ERR_ARG, "checkpoint: NULL");
     memset(ck, 0, sizeof *ck);
@@ -349,6 +422,7 @@ moe_status moe_checkpoint_open(const char *dir, moe_checkpoint *ck, moe_error *e
     }
     st = read_small_file(config_path, &text, &len, err);
     if (!st) st = moe_model_config_parse(text, len, config_path, &ck->config, err);
+    if (!st) st = read_hf_quant_config(ck, err);
     if (st) goto done;
     FILE *probe = fopen(index_path, "rb");
     if (probe) {
@@ -503,8 +577,96 @@ static moe_status resolve_flag(layer_ctx *lc, int flag, const char *field, const
     return MOE_OK;
 }
 
-static moe_status load_global_scale(layer_ctx *lc, float *out, moe_error *err) {
-    const moe_st_tensor *t = moe_checkpoint_tensor(lc->ck, full_name(lc, "gate.global_scale"), err);
+/* How each routed format is stored in a checkpoint: the scale tensor's suffix after the weight's
+ * name and its dtype; NVFP4 also needs the .scale2, .input_amax and .original_shape sidecars. */
+typedef struct {
+    const char *scale_suffix; /* "_scale" (MXFP4), ".scale" (NVFP4); NULL for bf16 */
+    moe_st_dtype scale_dtype;
+    bool sidecars_required;
+} routed_storage;
+
+static const routed_storage storage[MOE_ROUTED_FORMAT_COUNT] = {
+    [MOE_ROUTED_MXFP4] = {"_scale", MOE_ST_U8, false},
+    [MOE_ROUTED_BF16] = {NULL, MOE_ST_BF16, false},
+    [MOE_ROUTED_NVFP4] = {".scale", MOE_ST_F8_E4M3, true},
+};
+
+/* The block format the quantization config asks of the layers it does not exclude: quant_algo
+ * NVFP4 or MXFP4; no quant_algo (Quark's config) means MXFP4. */
+static moe_status config_block_format(const moe_model_config *mc, moe_routed_format *fmt,
+                                      moe_error *err) {
+    *fmt = MOE_ROUTED_MXFP4;
+    if (!mc->quant_algo[0] || !strcmp(mc->quant_algo, "MXFP4")) return MOE_OK;
+    if (!strcmp(mc->quant_algo, "NVFP4")) {
+        *fmt = MOE_ROUTED_NVFP4;
+        return MOE_OK;
+    }
+    return moe_fail(err, MOE_ERR_CONFIG,
+                    "config field %s: %s is not a routed expert format this loader reads (MXFP4 "
+                    "or NVFP4)",
+                    mc->quant_algo_field, mc->quant_algo);
+}
+
+/* The routed format from the tensors (experts.w13_weight's dtype, then which scale tensor is
+ * present), cross-checked with the quantization config's exclusions, quant_algo and group_size. */
+static moe_status routed_format(layer_ctx *lc, const moe_model_config *mc, moe_routed_format *fmt,
+                                moe_error *err) {
+    const moe_st_tensor *t = moe_checkpoint_tensor(lc->ck, full_name(lc, "experts.w13_weight"), err);
+    if (!t) return err ? err->status : MOE_ERR_SHAPE;
+    if (t->dtype != MOE_ST_U8 && t->dtype != MOE_ST_BF16)
+        return moe_fail(err, MOE_ERR_DTYPE,
+                        "tensor %s: dtype %s, expected U8 (MXFP4 or NVFP4) or BF16", t->name,
+                        moe_st_dtype_name(t->dtype));
+    moe_routed_format want;
+    moe_status st = mc->has_quant_config ? config_block_format(mc, &want, err)
+                                         : (want = MOE_ROUTED_MXFP4, MOE_OK);
+    if (st) return st;
+    *fmt = MOE_ROUTED_BF16;
+    if (t->dtype == MOE_ST_U8) {
+        bool mx = has_tensor(lc, "experts.w13_weight_scale"), nv = has_tensor(lc, "experts.w13_weight.scale");
+        if (mx && nv)
+            return moe_fail(err, MOE_ERR_FORMAT,
+                            "tensor %s: both an MXFP4 scale (w13_weight_scale) and an NVFP4 scale "
+                            "(w13_weight.scale) are present",
+                            t->name);
+        *fmt = nv ? MOE_ROUTED_NVFP4 : mx ? MOE_ROUTED_MXFP4 : want;
+    }
+    if (!mc->has_quant_config) return MOE_OK;
+    const char *have = moe_routed_format_get(*fmt)->name, *expect = moe_routed_format_get(want)->name;
+    char module[128];
+    snprintf(module, sizeof module, "%sexperts", lc->prefix);
+    bool excluded;
+    st = moe_model_config_experts_excluded(mc, module, &excluded, err);
+    if (st) return st;
+    lc->ck->info.excluded = excluded;
+    if (excluded && *fmt != MOE_ROUTED_BF16)
+        return moe_fail(err, MOE_ERR_DTYPE,
+                        "tensor %s: stored as %s (U8), but config field %s excludes %s from "
+                        "quantization, so bf16 was expected",
+                        t->name, have, mc->exclude_field, module);
+    if (!excluded && *fmt == MOE_ROUTED_BF16)
+        return moe_fail(err, MOE_ERR_DTYPE,
+                        "tensor %s: stored as BF16, but config field %s lists neither %s nor both "
+                        "of its weights, so %s was expected",
+                        t->name, mc->exclude_field, module, expect);
+    if (!excluded && *fmt != want)
+        return moe_fail(err, MOE_ERR_DTYPE,
+                        "tensor %s: stored as %s (its scale is %s%s), but config field %s says %s",
+                        t->name, have, t->name, storage[*fmt].scale_suffix,
+                        mc->quant_algo[0] ? mc->quant_algo_field : "quantization_config.quant_method",
+                        mc->quant_algo[0] ? mc->quant_algo : "quark (MXFP4)");
+    const int block = moe_routed_format_get(*fmt)->block;
+    if (!excluded && mc->group_size && mc->group_size != block)
+        return moe_fail(err, MOE_ERR_CONFIG,
+                        "config field group_size: %d, but %s experts (tensor %s) have %d values "
+                        "per scale",
+                        mc->group_size, have, t->name, block);
+    return MOE_OK;
+}
+
+/* An fp32 or bf16 tensor of one element, shape [1] or []: *out, with its name for messages. */
+static moe_status load_scalar(layer_ctx *lc, const char *suffix, float *out, moe_error *err) {
+    const moe_st_tensor *t = moe_checkpoint_tensor(lc->ck, full_name(lc, suffix), err);
     if (!t) return err ? err->status : MOE_ERR_SHAPE;
     if (t->dtype != MOE_ST_F32 && t->dtype != MOE_ST_BF16)
         return moe_fail(err, MOE_ERR_DTYPE, "tensor %s: dtype %s, expected F32 or BF16", t->name,
@@ -514,43 +676,135 @@ static moe_status load_global_scale(layer_ctx *lc, float *out, moe_error *err) {
         return moe_fail(err, MOE_ERR_SHAPE, "tensor %s: shape %s, expected [1]", t->name,
                         moe_st_shape_str(t->ndim, t->shape, got, sizeof got));
     }
-    if (t->dtype == MOE_ST_F32) {
-        memcpy(out, t->data, sizeof *out);
-    } else {
-        uint16_t h;
-        memcpy(&h, t->data, sizeof h);
-        *out = moe_bf16_to_f32(h);
-    }
-    if (!isfinite(*out))
-        return moe_fail(err, MOE_ERR_VALUE, "tensor %s: value %g is not finite", t->name, *out);
+    float v[1];
+    moe_st_to_f32(t, v);
+    *out = v[0];
     return MOE_OK;
 }
 
-/* The routed format from experts.w13_weight's dtype, cross-checked with the quantization config. */
-static moe_status routed_format(layer_ctx *lc, const moe_model_config *mc, moe_routed_format *fmt,
-                                moe_error *err) {
-    const moe_st_tensor *t = moe_checkpoint_tensor(lc->ck, full_name(lc, "experts.w13_weight"), err);
+/* weight.input_amax (finite, > 0; loaded and otherwise unused: NVFP4 runs as W4A16) and
+ * weight.original_shape (I32 or I64 [3], equal to the unpacked [R, rows, cols]); required for
+ * NVFP4, validated when present for MXFP4. which: 0 w13, 1 w2. */
+static moe_status load_sidecars(layer_ctx *lc, const char *weight, int which, bool required,
+                                const int64_t *unpacked, moe_error *err) {
+    char suffix[96];
+    moe_layer_info *info = &lc->ck->info;
+    snprintf(suffix, sizeof suffix, "%s.input_amax", weight);
+    moe_status st = MOE_OK;
+    if (required || has_tensor(lc, suffix)) {
+        float amax = 0.0f;
+        st = load_scalar(lc, suffix, &amax, err);
+        if (!st && !(isfinite(amax) && amax > 0.0f))
+            st = moe_fail(err, MOE_ERR_VALUE, "tensor %s: value %g, expected finite and > 0",
+                          full_name(lc, suffix), (double)amax);
+        if (st) return st;
+        info->input_amax[which] = amax;
+    }
+    snprintf(suffix, sizeof suffix, "%s.original_shape", weight);
+    if (!required && !has_tensor(lc, suffix)) return MOE_OK;
+    const moe_st_tensor *t = moe_checkpoint_tensor(lc->ck, full_name(lc, suffix), err);
     if (!t) return err ? err->status : MOE_ERR_SHAPE;
-    if (t->dtype != MOE_ST_U8 && t->dtype != MOE_ST_BF16)
-        return moe_fail(err, MOE_ERR_DTYPE, "tensor %s: dtype %s, expected U8 (MXFP4) or BF16",
-                        t->name, moe_st_dtype_name(t->dtype));
-    *fmt = t->dtype == MOE_ST_U8 ? MOE_ROUTED_MXFP4 : MOE_ROUTED_BF16;
-    if (!mc->has_quant_config) return MOE_OK;
-    char module[128];
-    snprintf(module, sizeof module, "%sexperts", lc->prefix);
-    bool excluded;
-    moe_status st = moe_model_config_experts_excluded(mc, module, &excluded, err);
-    if (st) return st;
-    if (excluded && *fmt == MOE_ROUTED_MXFP4)
-        return moe_fail(err, MOE_ERR_DTYPE,
-                        "tensor %s: stored as MXFP4 (U8), but config field %s excludes %s from "
-                        "quantization, so bf16 was expected",
-                        t->name, mc->exclude_field, module);
-    if (!excluded && *fmt == MOE_ROUTED_BF16)
-        return moe_fail(err, MOE_ERR_DTYPE,
-                        "tensor %s: stored as BF16, but config field %s lists neither %s nor both "
-                        "of its weights, so MXFP4 was expected",
-                        t->name, mc->exclude_field, module);
+    if (t->dtype != MOE_ST_I32 && t->dtype != MOE_ST_I64)
+        return moe_fail(err, MOE_ERR_DTYPE, "tensor %s: dtype %s, expected I32 or I64", t->name,
+                        moe_st_dtype_name(t->dtype));
+    if (t->ndim != 1 || t->shape[0] != 3) {
+        char got[96];
+        return moe_fail(err, MOE_ERR_SHAPE, "tensor %s: shape %s, expected [3]", t->name,
+                        moe_st_shape_str(t->ndim, t->shape, got, sizeof got));
+    }
+    for (int i = 0; i < 3; i++) {
+        int64_t v;
+        if (t->dtype == MOE_ST_I64) {
+            memcpy(&v, (const uint8_t *)t->data + 8 * i, 8);
+        } else {
+            int32_t v32;
+            memcpy(&v32, (const uint8_t *)t->data + 4 * i, 4);
+            v = v32;
+        }
+        if (v != unpacked[i])
+            return moe_fail(err, MOE_ERR_SHAPE,
+                            "tensor %s: element %d is %" PRId64 ", expected %" PRId64
+                            " (the unpacked shape [%" PRId64 ", %" PRId64 ", %" PRId64 "])",
+                            t->name, i, v, unpacked[i], unpacked[0], unpacked[1], unpacked[2]);
+    }
+    info->original_shape[which] = true;
+    return MOE_OK;
+}
+
+/* The block-format experts: codes [R, rows, cols/2] U8, scales [R, rows, cols/B] or flattened
+ * [R*rows, cols/B] (the same bytes) of the format's scale dtype, NVFP4's scale2 [R] F32, and the
+ * sidecars. */
+static moe_status load_block_experts(layer_ctx *lc, const moe_config *cfg, moe_weights *w,
+                                     moe_error *err) {
+    const routed_storage *rs = &storage[cfg->routed_format];
+    const moe_routed_format_info *fi = moe_routed_format_get(cfg->routed_format);
+    const int64_t D = cfg->D, I = cfg->I, R = cfg->R, B = fi->block;
+    moe_status st = MOE_OK;
+    for (int i = 0; i < 2 && !st; i++) {
+        const char *weight = i ? "experts.w2_weight" : "experts.w13_weight";
+        const int64_t rows = i ? D : 2 * I, cols = i ? I : D;
+        const void *codes = NULL, *scales = NULL, *scale2 = NULL;
+        char suffix[96];
+        st = load(lc, weight, MOE_ST_U8, 3, (const int64_t[]){R, rows, cols / 2}, &codes, err);
+        snprintf(suffix, sizeof suffix, "%s%s", weight, rs->scale_suffix);
+        const moe_st_tensor *t = st ? NULL : moe_checkpoint_tensor(lc->ck, full_name(lc, suffix), err);
+        if (!st && !t) st = err ? err->status : MOE_ERR_SHAPE;
+        if (!st) {
+            bool flat = t->ndim == 2;
+            st = check_tensor(lc, t, rs->scale_dtype, flat ? 2 : 3,
+                              flat ? (const int64_t[]){R * rows, cols / B}
+                                   : (const int64_t[]){R, rows, cols / B},
+                              err);
+        }
+        if (!st) st = aligned_data(lc->ck, t, &scales, err);
+        if (!st && fi->has_scale2) {
+            snprintf(suffix, sizeof suffix, "%s.scale2", weight);
+            st = load(lc, suffix, MOE_ST_F32, 1, (const int64_t[]){R}, &scale2, err);
+        }
+        if (!st) st = load_sidecars(lc, weight, i, rs->sidecars_required,
+                                    (const int64_t[]){R, rows, cols}, err);
+        if (i == 0) w->w13_mx = codes, w->w13_scale = scales, w->w13_scale2 = scale2;
+        else w->w2_mx = codes, w->w2_scale = scales, w->w2_scale2 = scale2;
+    }
+    return st;
+}
+
+/* Every tensor under the layer's mlp. prefix that this format does not use is recorded in
+ * ck->info (by name); with ck->strict the first one is an error. */
+static moe_status check_unknown_tensors(layer_ctx *lc, moe_routed_format fmt, moe_error *err) {
+    static const char *const common_suffixes[] = {
+        "gate.weight", "gate.bias", "gate.global_scale", "experts.w13_weight", "experts.w2_weight",
+        "shared_experts.shared_w13_weight", "shared_experts.shared_w2_weight"};
+    static const char *const sidecars[] = {"_scale", ".scale", ".scale2", ".input_amax", ".original_shape"};
+    moe_layer_info *info = &lc->ck->info;
+    const size_t plen = strlen(lc->prefix);
+    for (int i = 0; i < lc->ck->n_names; i++) {
+        const char *name = lc->ck->names[i];
+        if (strncmp(name, lc->prefix, plen)) continue;
+        const char *suffix = name + plen;
+        bool known = false;
+        for (size_t k = 0; k < sizeof common_suffixes / sizeof *common_suffixes && !known; k++)
+            known = !strcmp(suffix, common_suffixes[k]);
+        for (int wi = 0; wi < 2 && !known && fmt != MOE_ROUTED_BF16; wi++) {
+            const char *weight = wi ? "experts.w2_weight" : "experts.w13_weight";
+            size_t wl = strlen(weight);
+            if (strncmp(suffix, weight, wl)) continue;
+            for (size_t k = 0; k < sizeof sidecars / sizeof *sidecars && !known; k++) {
+                bool scale_of_other = (k == 0 && fmt != MOE_ROUTED_MXFP4) ||
+                                      (k <= 2 && k >= 1 && fmt != MOE_ROUTED_NVFP4);
+                known = !scale_of_other && !strcmp(suffix + wl, sidecars[k]);
+            }
+        }
+        if (known) continue;
+        if (lc->ck->strict)
+            return moe_fail(err, MOE_ERR_FORMAT,
+                            "tensor %s: not a tensor of a %s MoE layer (strict mode refuses "
+                            "tensors it would ignore)",
+                            name, moe_routed_format_get(fmt)->name);
+        if (info->n_ignored < MOE_LAYER_INFO_MAX_IGNORED)
+            snprintf(info->ignored[info->n_ignored], sizeof info->ignored[0], "%s", name);
+        info->n_ignored++;
+    }
     return MOE_OK;
 }
 
@@ -581,6 +835,8 @@ moe_status moe_checkpoint_layer(moe_checkpoint *ck, int layer, int *layer_out, m
     moe_status st = MOE_OK;
     if (layer < 0 && (st = pick_layer(ck, &layer, err))) return st;
     if (layer_out) *layer_out = layer;
+    memset(&ck->info, 0, sizeof ck->info);
+    ck->info.layer = layer;
     moe_config cfg = ck->config.cfg;
     layer_ctx lc = {.ck = ck, .cfg = &cfg};
     snprintf(lc.prefix, sizeof lc.prefix, LAYER_PREFIX "%d.mlp.", layer);
@@ -610,44 +866,28 @@ moe_status moe_checkpoint_layer(moe_checkpoint *ck, int layer, int *layer_out, m
         w->gate_bias = p;
     }
     w->global_scale = 1.0f;
-    if (!st && cfg.has_global_scale) st = load_global_scale(&lc, &w->global_scale, err);
+    if (!st && cfg.has_global_scale) {
+        st = load_scalar(&lc, "gate.global_scale", &w->global_scale, err);
+        if (!st && !isfinite(w->global_scale))
+            st = moe_fail(err, MOE_ERR_VALUE, "tensor %s: value %g is not finite",
+                          full_name(&lc, "gate.global_scale"), (double)w->global_scale);
+    }
     if (st) return st;
 
-    if (cfg.routed_format == MOE_ROUTED_MXFP4) {
-        st = load(&lc, "experts.w13_weight", MOE_ST_U8, 3, (const int64_t[]){R, 2 * I, D / 2}, &p, err);
-        w->w13_mx = p;
-        if (!st) st = load(&lc, "experts.w2_weight", MOE_ST_U8, 3, (const int64_t[]){R, D, I / 2}, &p, err);
-        w->w2_mx = p;
-        static const struct {
-            const char *suffix;
-            int a, b; /* rows per expert: 2I or D; blocks per row: D/32 or I/32 */
-        } scales[2] = {{"experts.w13_weight_scale", 0, 0}, {"experts.w2_weight_scale", 1, 1}};
-        for (int i = 0; i < 2 && !st; i++) {
-            int64_t rows = scales[i].a ? D : 2 * I, blocks = scales[i].b ? I / 32 : D / 32;
-            const moe_st_tensor *t = moe_checkpoint_tensor(ck, full_name(&lc, scales[i].suffix), err);
-            if (!t) return err ? err->status : MOE_ERR_SHAPE;
-            /* Flattened [R*rows, blocks] and 3-D [R, rows, blocks] are the same bytes. */
-            bool flat = t->ndim == 2;
-            st = check_tensor(&lc, t, MOE_ST_U8, flat ? 2 : 3,
-                              flat ? (const int64_t[]){R * rows, blocks}
-                                   : (const int64_t[]){R, rows, blocks},
-                              err);
-            if (!st) st = aligned_data(ck, t, &p, err);
-            if (i == 0) w->w13_scale = p;
-            else w->w2_scale = p;
-        }
+    if (moe_routed_format_get(cfg.routed_format)->block) {
+        st = load_block_experts(&lc, &cfg, w, err);
     } else {
         st = load(&lc, "experts.w13_weight", MOE_ST_BF16, 3, (const int64_t[]){R, 2 * I, D}, &p, err);
         w->w13_bf16 = p;
         if (!st) st = load(&lc, "experts.w2_weight", MOE_ST_BF16, 3, (const int64_t[]){R, D, I}, &p, err);
         w->w2_bf16 = p;
-        for (int i = 0; i < 2 && !st; i++) {
-            const char *suffix = i ? "experts.w2_weight_scale" : "experts.w13_weight_scale";
-            if (has_tensor(&lc, suffix))
+        static const char *const scales[4] = {"experts.w13_weight_scale", "experts.w2_weight_scale",
+                                              "experts.w13_weight.scale", "experts.w2_weight.scale"};
+        for (int i = 0; i < 4 && !st; i++)
+            if (has_tensor(&lc, scales[i]))
                 st = moe_fail(err, MOE_ERR_DTYPE,
-                              "tensor %s: an MXFP4 scale next to bf16 experts.w13_weight",
-                              full_name(&lc, suffix));
-        }
+                              "tensor %s: an %s scale next to bf16 experts.w13_weight",
+                              full_name(&lc, scales[i]), i < 2 ? "MXFP4" : "NVFP4");
     }
     if (st) return st;
     if (S > 0 || has_tensor(&lc, "shared_experts.shared_w13_weight")) {
@@ -660,10 +900,12 @@ moe_status moe_checkpoint_layer(moe_checkpoint *ck, int layer, int *layer_out, m
                   (const int64_t[]){S, D, I}, &p, err);
         w->sink_w2 = p;
     }
+    if (!st) st = check_unknown_tensors(&lc, cfg.routed_format, err);
     if (st) {
         memset(w, 0, sizeof *w);
         return st;
     }
+    ck->info.format = cfg.routed_format;
     *cfg_out = cfg;
     return MOE_OK;
 }

@@ -10,9 +10,12 @@
  *   - a model directory holds model.safetensors.index.json (its weight_map says which file
  *     holds each tensor) or else one model.safetensors; only the files that hold the layer's
  *     tensors are opened, and only their headers are read when they are;
- *   - the routed format comes from the dtype of experts.w13_weight (U8: MXFP4, BF16: bf16) and
- *     is cross-checked against quantization_config.exclude (Quark) and exclude_modules
- *     (ModelOpt) when that config is present;
+ *   - the routed format comes from the tensors: experts.w13_weight BF16 is bf16; U8 with
+ *     experts.w13_weight_scale is MXFP4, with experts.w13_weight.scale (F8_E4M3) NVFP4 (plus
+ *     .scale2 F32 [R], .input_amax and .original_shape per weight); it is cross-checked against
+ *     quantization_config (exclude, exclude_modules, quant_algo, group_size) and ModelOpt's
+ *     hf_quant_config.json beside config.json when present;
+ *   - any other tensor under the layer's mlp. prefix is recorded in info (strict: an error);
  *   - every inconsistency fails with a message naming the tensor or config field.
  * A shard built from the view with moe_shard_build reads only the rank's slab of the files.
  */
@@ -33,12 +36,21 @@ typedef struct {
     int n_exclude;
     char **exclude;           /* [n_exclude] quantization_config.exclude and exclude_modules */
     char exclude_field[80];   /* the field(s) the entries came from, for messages */
+    char quant_algo[24];      /* quant_algo ("NVFP4", "MXFP4"), "" when absent */
+    char quant_algo_field[48]; /* where it came from, for messages */
+    int group_size;           /* group_size, 0 when absent */
 } moe_model_config;
 
 /* Parses config.json text [len] (need not be NUL-terminated). label names it in messages. */
 moe_status moe_model_config_parse(const char *text, size_t len, const char *label,
                                   moe_model_config *mc, moe_error *err);
 void moe_model_config_free(moe_model_config *mc);
+
+/* Adds ModelOpt's hf_quant_config.json text [len] ({"producer": ..., "quantization":
+ * {"quant_algo", "group_size", "exclude_modules"}}) to a parsed config: the exclusions join the
+ * list, quant_algo and group_size must agree with config.json's when both give them. */
+moe_status moe_model_config_add_hf_quant(const char *text, size_t len, const char *label,
+                                         moe_model_config *mc, moe_error *err);
 
 /* Whether quantization_config.exclude excludes module (e.g. "model.llm.layers.2.mlp.experts"):
  * an entry equal to it, an fnmatch pattern matching it, or a module path that contains it
@@ -52,8 +64,22 @@ bool moe_model_config_excludes(const moe_model_config *mc, const char *module);
 moe_status moe_model_config_experts_excluded(const moe_model_config *mc, const char *module,
                                              bool *excluded, moe_error *err);
 
+/* What moe_checkpoint_layer understood of the last layer it loaded (inkling-moe inspect). */
+#define MOE_LAYER_INFO_MAX_IGNORED 8
+typedef struct {
+    int layer;
+    moe_routed_format format;
+    bool excluded;            /* the quantization config excludes the routed experts */
+    float input_amax[2];      /* w13, w2 .input_amax (validated, unused: W4A16); 0 when absent */
+    bool original_shape[2];   /* w13, w2 .original_shape present (and equal to the unpacked shape) */
+    int n_ignored;            /* tensors under the layer's mlp. prefix that the loader ignored */
+    char ignored[MOE_LAYER_INFO_MAX_IGNORED][192]; /* the first of them, by full name */
+} moe_layer_info;
+
 typedef struct {
     char *dir;
+    bool strict;         /* set by the caller: a tensor the loader would ignore is an error */
+    moe_layer_info info; /* filled by moe_checkpoint_layer */
     moe_model_config config;
     int n_names;
     char **names;        /* [n_names] every tensor name the checkpoint holds */

@@ -43,7 +43,8 @@ static void usage(FILE *f) {
             "  --pad-inter N      round each rank's intermediate width up to a multiple of N\n"
             "  --stages           also write logits F32 [T, R+S] (and sink_y F32 [T, D] unsplit)\n"
             "  --threads N        threads for the backend, 0..256 (0: its default)\n"
-            "  --strict           refuse input rows holding NaN or inf instead of NaN outputs\n");
+            "  --strict           refuse input rows holding NaN or inf instead of NaN outputs,\n"
+            "                     and tensors under the layer that the loader would ignore\n");
 }
 
 typedef struct {
@@ -136,7 +137,11 @@ static moe_status run(const run_args *a, moe_error *err) {
     float *out = NULL, *weights = NULL, *logits = NULL, *sink_y = NULL;
     int32_t *ids = NULL;
     int T = 0;
+    ck.strict = a->strict;
     st = moe_checkpoint_layer(&ck, a->layer, NULL, &cfg, &w, err);
+    for (int i = 0; !st && i < ck.info.n_ignored && i < MOE_LAYER_INFO_MAX_IGNORED; i++)
+        fprintf(stderr, "inkling-moe run: note: tensor %s ignored (--strict refuses it)\n",
+                ck.info.ignored[i]);
     moe_split split = {a->kind, a->n, 0, a->pad_inter};
     if (!st) st = moe_split_validate(&cfg, &split, err);
     if (!st) st = moe_read_input(a->input, cfg.D, &T, &x, err);

@@ -13,5 +13,6 @@ int cmd_backends(int argc, char **argv); /* harness/cmd_backends.c */
 int cmd_run(int argc, char **argv);      /* harness/cmd_run.c */
 int cmd_diff(int argc, char **argv);     /* harness/cmd_diff.c */
 int cmd_fuzz(int argc, char **argv);     /* harness/cmd_fuzz.c */
+int cmd_inspect(int argc, char **argv);  /* harness/cmd_inspect.c */
 
 #endif

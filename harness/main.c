@@ -9,6 +9,7 @@
 
 static const moe_command commands[] = {
     {"run", "run one MoE layer of a checkpoint on an input file", cmd_run},
+    {"inspect", "show what the loader understands of each MoE layer of a checkpoint", cmd_inspect},
     {"diff", "compare two paths stage by stage on a checkpoint layer", cmd_diff},
     {"fuzz", "differential fuzzing of every available path against the reference", cmd_fuzz},
     {"backends", "list the paths this build knows and whether they can run here", cmd_backends},

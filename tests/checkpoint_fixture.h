@@ -31,6 +31,10 @@ typedef struct {
     const char *bad_shape;   /* suffix of a tensor written with an extra leading dimension 1 */
     const char *bad_dtype;   /* suffix of a tensor written with another dtype of equal size */
     const char *config_json; /* config.json text, or NULL for the default from the layer */
+    bool sidecars;           /* MXFP4: also write .input_amax and .original_shape per weight */
+    const char *extra;       /* suffix of a tensor no layer has, written under the layer, or NULL */
+    float amax13;            /* NVFP4 / sidecars: w13_weight.input_amax (0: 3.5) */
+    bool bad_original_shape; /* w13_weight.original_shape says D + 16 */
 } fixture_opts;
 
 /* Every tensor suffix of a layer in the routed format of cfg, in SPEC §3a order. */
@@ -39,28 +43,47 @@ static inline int fixture_suffixes(const moe_config *cfg, const char **out) {
     out[n++] = "gate.weight";
     if (cfg->has_gate_bias) out[n++] = "gate.bias";
     if (cfg->has_global_scale) out[n++] = "gate.global_scale";
+    const bool nv = cfg->routed_format == MOE_ROUTED_NVFP4;
     out[n++] = "experts.w13_weight";
     if (cfg->routed_format == MOE_ROUTED_MXFP4) out[n++] = "experts.w13_weight_scale";
+    if (nv) {
+        out[n++] = "experts.w13_weight.scale";
+        out[n++] = "experts.w13_weight.scale2";
+        out[n++] = "experts.w13_weight.input_amax";
+        out[n++] = "experts.w13_weight.original_shape";
+    }
     out[n++] = "experts.w2_weight";
     if (cfg->routed_format == MOE_ROUTED_MXFP4) out[n++] = "experts.w2_weight_scale";
+    if (nv) {
+        out[n++] = "experts.w2_weight.scale";
+        out[n++] = "experts.w2_weight.scale2";
+        out[n++] = "experts.w2_weight.input_amax";
+        out[n++] = "experts.w2_weight.original_shape";
+    }
     out[n++] = "shared_experts.shared_w13_weight";
     out[n++] = "shared_experts.shared_w2_weight";
     return n;
 }
 
 /* The default config.json of cfg, original spelling, with a quantization_config that excludes
- * nothing of this layer unless its experts are bf16. text [len]. */
+ * nothing of this layer unless its experts are bf16 (Quark's for MXFP4 and bf16, ModelOpt's
+ * with quant_algo NVFP4 for NVFP4). text [len]. */
 static inline void fixture_config_text(const moe_config *cfg, int layer, char *text, size_t len) {
     char excl[96] = "";
     if (cfg->routed_format == MOE_ROUTED_BF16)
         snprintf(excl, sizeof excl, ", \"model.llm.layers.%d.mlp.experts\"", layer);
+    const bool nv = cfg->routed_format == MOE_ROUTED_NVFP4;
     snprintf(text, len,
              "{\"hidden_size\": %d, \"intermediate_size\": %d, \"dense_intermediate_size\": %d,\n"
              " \"n_routed_experts\": %d, \"num_experts_per_tok\": %d, \"n_shared_experts\": %d,\n"
              " \"route_scale\": %.9g, \"use_gate_bias\": %s, \"use_global_scale\": %s,\n"
-             " \"quantization_config\": {\"quant_method\": \"quark\", \"exclude\": [\"lm_head\"%s]}}\n",
+             " \"quantization_config\": {%s\"lm_head\"%s]}}\n",
              cfg->D, cfg->I, 3 * cfg->I, cfg->R, cfg->K, cfg->S, (double)cfg->route_scale,
-             cfg->has_gate_bias ? "true" : "false", cfg->has_global_scale ? "true" : "false", excl);
+             cfg->has_gate_bias ? "true" : "false", cfg->has_global_scale ? "true" : "false",
+             nv ? "\"quant_method\": \"modelopt\", \"quant_algo\": \"NVFP4\", \"group_size\": 16, "
+                  "\"exclude_modules\": ["
+                : "\"quant_method\": \"quark\", \"exclude\": [",
+             excl);
 }
 
 static inline int fixture_write_text(const char *path, const char *text) {
@@ -82,8 +105,8 @@ static inline int fixture_write_model(const char *dir, const moe_layer_data *ld,
     if (!o->config_json) fixture_config_text(c, o->layer, text, sizeof text);
     if (fixture_write_text(path, o->config_json ? o->config_json : text)) return -1;
 
-    static char names[16][128];
-    moe_st_entry e[16];
+    static char names[24][128];
+    moe_st_entry e[24];
     int n = 0;
     float gs = ld->w.global_scale;
     uint16_t gs_bf16 = moe_f32_to_bf16(gs);
@@ -107,7 +130,36 @@ static inline int fixture_write_model(const char *dir, const moe_layer_data *ld,
         FIXTURE_ADD("experts.w2_weight", MOE_ST_U8, 3, ld->w2_mx, {R, D, I / 2});
         if (o->scales_3d) FIXTURE_ADD("experts.w2_weight_scale", MOE_ST_U8, 3, ld->w2_scale, {R, D, I / 32});
         else FIXTURE_ADD("experts.w2_weight_scale", MOE_ST_U8, 2, ld->w2_scale, {R * D, I / 32});
-    } else {
+    }
+    static float amax[2];
+    amax[0] = o->amax13 != 0.0f ? o->amax13 : 3.5f;
+    amax[1] = 2.25f;
+    static int64_t s13[3];
+    static int32_t s2[3];
+    const int64_t shape13[3] = {R, 2 * I, D + (o->bad_original_shape ? 16 : 0)};
+    const int32_t shape2[3] = {(int32_t)R, (int32_t)D, (int32_t)I};
+    memcpy(s13, shape13, sizeof s13);
+    memcpy(s2, shape2, sizeof s2);
+    if (mx && o->sidecars) {
+        FIXTURE_ADD("experts.w13_weight.input_amax", MOE_ST_F32, 1, &amax[0], {1});
+        FIXTURE_ADD("experts.w13_weight.original_shape", MOE_ST_I64, 1, s13, {3});
+        FIXTURE_ADD("experts.w2_weight.input_amax", MOE_ST_F32, 1, &amax[1], {1});
+        FIXTURE_ADD("experts.w2_weight.original_shape", MOE_ST_I32, 1, s2, {3});
+    }
+    if (o->extra) FIXTURE_ADD(o->extra, MOE_ST_F32, 1, &amax[1], {1});
+    if (c->routed_format == MOE_ROUTED_NVFP4) {
+        FIXTURE_ADD("experts.w13_weight", MOE_ST_U8, 3, ld->w13_mx, {R, 2 * I, D / 2});
+        if (o->scales_3d) FIXTURE_ADD("experts.w13_weight.scale", MOE_ST_F8_E4M3, 3, ld->w13_scale, {R, 2 * I, D / 16});
+        else FIXTURE_ADD("experts.w13_weight.scale", MOE_ST_F8_E4M3, 2, ld->w13_scale, {R * 2 * I, D / 16});
+        FIXTURE_ADD("experts.w13_weight.scale2", MOE_ST_F32, 1, ld->w13_scale2, {R});
+        FIXTURE_ADD("experts.w13_weight.input_amax", MOE_ST_F32, 1, &amax[0], {1});
+        FIXTURE_ADD("experts.w13_weight.original_shape", MOE_ST_I64, 1, s13, {3});
+        FIXTURE_ADD("experts.w2_weight", MOE_ST_U8, 3, ld->w2_mx, {R, D, I / 2});
+        FIXTURE_ADD("experts.w2_weight.scale", MOE_ST_F8_E4M3, 3, ld->w2_scale, {R, D, I / 16});
+        FIXTURE_ADD("experts.w2_weight.scale2", MOE_ST_F32, 1, ld->w2_scale2, {R});
+        FIXTURE_ADD("experts.w2_weight.input_amax", MOE_ST_F32, 1, &amax[1], {1});
+        FIXTURE_ADD("experts.w2_weight.original_shape", MOE_ST_I32, 1, s2, {3});
+    } else if (!mx) {
         FIXTURE_ADD("experts.w13_weight", MOE_ST_BF16, 3, ld->w13_bf16, {R, 2 * I, D});
         FIXTURE_ADD("experts.w2_weight", MOE_ST_BF16, 3, ld->w2_bf16, {R, D, I});
     }
@@ -116,7 +168,7 @@ static inline int fixture_write_model(const char *dir, const moe_layer_data *ld,
 #undef FIXTURE_ADD
     e[n++] = (moe_st_entry){"model.llm.embed_tokens.weight", MOE_ST_BF16, 2, {2, 2}, unrelated};
 
-    moe_st_entry kept[16];
+    moe_st_entry kept[24];
     int k = 0;
     for (int i = 0; i < n; i++) {
         const char *suffix = strstr(e[i].name, ".mlp.") ? strstr(e[i].name, ".mlp.") + 5 : "";
@@ -128,7 +180,11 @@ static inline int fixture_write_model(const char *dir, const moe_layer_data *ld,
             t.ndim++;
         }
         if (o->bad_dtype && !strcmp(suffix, o->bad_dtype))
-            t.dtype = t.dtype == MOE_ST_BF16 ? MOE_ST_F16 : t.dtype == MOE_ST_F32 ? MOE_ST_I32 : MOE_ST_I8;
+            t.dtype = t.dtype == MOE_ST_BF16  ? MOE_ST_F16
+                      : t.dtype == MOE_ST_F32 ? MOE_ST_I32
+                      : t.dtype == MOE_ST_I64 ? MOE_ST_F64
+                      : t.dtype == MOE_ST_I32 ? MOE_ST_F32
+                                              : MOE_ST_I8;
         kept[k++] = t;
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);

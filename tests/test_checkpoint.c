@@ -247,6 +247,20 @@ static void expect_load_error(const char *model, int layer, const char *frag1, c
     moe_checkpoint_close(&ck);
 }
 
+/* Loads layer 3 in strict mode and expects failure naming tensor. */
+static void expect_strict_error(const char *model, const char *tensor) {
+    moe_checkpoint ck;
+    moe_error err = {0};
+    moe_config cfg;
+    moe_weights w;
+    assert_int_equal(moe_checkpoint_open(model, &ck, &err), MOE_OK);
+    ck.strict = true;
+    moe_status st = moe_checkpoint_layer(&ck, 3, NULL, &cfg, &w, &err);
+    if (st == MOE_OK || !strstr(err.msg, tensor) || !strstr(err.msg, "strict"))
+        fail_msg("status %d, message '%s', wanted '%s' in strict mode", st, err.msg, tensor);
+    moe_checkpoint_close(&ck);
+}
+
 static bool inside(const moe_checkpoint *ck, const void *p) {
     for (int i = 0; i < ck->n_files; i++) {
         const uint8_t *m = ck->files[i].map;
@@ -275,12 +289,21 @@ static void check_round_trip(const moe_config *c, const fixture_opts *o) {
     assert_memory_equal(w.gate_bias, fx.ld.gate_bias, R * 4);
     float gs = o->global_scale_bf16 ? moe_round_bf16(fx.ld.w.global_scale) : fx.ld.w.global_scale;
     assert_true(w.global_scale == gs);
-    if (c->routed_format == MOE_ROUTED_MXFP4) {
+    const size_t B = (size_t)moe_routed_format_get(c->routed_format)->block;
+    if (B) {
         assert_memory_equal(w.w13_mx, fx.ld.w13_mx, R * 2 * I * D / 2);
-        assert_memory_equal(w.w13_scale, fx.ld.w13_scale, R * 2 * I * D / 32);
+        assert_memory_equal(w.w13_scale, fx.ld.w13_scale, R * 2 * I * D / B);
         assert_memory_equal(w.w2_mx, fx.ld.w2_mx, R * D * I / 2);
-        assert_memory_equal(w.w2_scale, fx.ld.w2_scale, R * D * I / 32);
+        assert_memory_equal(w.w2_scale, fx.ld.w2_scale, R * D * I / B);
         assert_null(w.w13_bf16);
+        if (c->routed_format == MOE_ROUTED_NVFP4) {
+            assert_memory_equal(w.w13_scale2, fx.ld.w13_scale2, R * 4);
+            assert_memory_equal(w.w2_scale2, fx.ld.w2_scale2, R * 4);
+            assert_true(ck.info.input_amax[0] == 3.5f && ck.info.input_amax[1] == 2.25f);
+            assert_true(ck.info.original_shape[0] && ck.info.original_shape[1]);
+        } else {
+            assert_null(w.w13_scale2);
+        }
     } else {
         assert_memory_equal(w.w13_bf16, fx.ld.w13_bf16, R * 2 * I * D * 2);
         assert_memory_equal(w.w2_bf16, fx.ld.w2_bf16, R * D * I * 2);
@@ -297,9 +320,9 @@ static void check_round_trip(const moe_config *c, const fixture_opts *o) {
     orig.global_scale = gs;
     assert_int_equal(moe_shard_build(c, &orig, &split, &b, &err), MOE_OK);
     const size_t IL = (size_t)a.I_local;
-    if (c->routed_format == MOE_ROUTED_MXFP4) {
+    if (B) {
         assert_memory_equal(a.w13_mx, b.w13_mx, R * 2 * IL * D / 2);
-        assert_memory_equal(a.w2_scale, b.w2_scale, R * D * IL / 32);
+        assert_memory_equal(a.w2_scale, b.w2_scale, R * D * IL / B);
     } else {
         assert_memory_equal(a.w2_bf16, b.w2_bf16, R * D * IL * 2);
     }
@@ -320,27 +343,143 @@ static void test_layer_round_trip(void **state) {
     bf.D = 48; /* bf16 experts need no block alignment */
     bf.I = 40;
     check_round_trip(&bf, &(fixture_opts){.layer = 2});
+    moe_config nv = mx_cfg;
+    nv.routed_format = MOE_ROUTED_NVFP4;
+    nv.D = 48; /* NVFP4 needs multiples of 16 only */
+    nv.I = 96; /* TP 2: 48 per rank, a multiple of 16 but not of 32 */
+    check_round_trip(&nv, &(fixture_opts){.layer = 5});
+    check_round_trip(&nv, &(fixture_opts){.layer = 6, .scales_3d = true});
 }
 
-static void test_each_missing_wrong_shape_wrong_dtype(void **state) {
-    (void)state;
-    const char *suffixes[16];
-    int n = fixture_suffixes(&mx_cfg, suffixes);
+static void check_each_missing_wrong_shape_wrong_dtype(const moe_config *cfg) {
+    const char *suffixes[24];
+    int n = fixture_suffixes(cfg, suffixes);
     for (int i = 0; i < n; i++) {
         char full[160];
         snprintf(full, sizeof full, "model.llm.layers.3.mlp.%s", suffixes[i]);
         fixture fx;
-        make_fixture(&fx, &mx_cfg, &(fixture_opts){.layer = 3, .omit = suffixes[i]});
+        make_fixture(&fx, cfg, &(fixture_opts){.layer = 3, .omit = suffixes[i]});
         /* gate.weight missing leaves no MoE layer to discover: name layer 3 explicitly */
         expect_load_error(fx.model, 3, full, "missing tensor");
         drop_fixture(&fx);
-        make_fixture(&fx, &mx_cfg, &(fixture_opts){.layer = 3, .bad_shape = suffixes[i]});
+        make_fixture(&fx, cfg, &(fixture_opts){.layer = 3, .bad_shape = suffixes[i]});
         expect_load_error(fx.model, 3, full, "shape");
         drop_fixture(&fx);
-        make_fixture(&fx, &mx_cfg, &(fixture_opts){.layer = 3, .bad_dtype = suffixes[i]});
+        make_fixture(&fx, cfg, &(fixture_opts){.layer = 3, .bad_dtype = suffixes[i]});
         expect_load_error(fx.model, 3, full, "dtype");
         drop_fixture(&fx);
     }
+}
+
+static const moe_config nv_cfg = {.D = 64, .I = 64, .R = 6, .K = 2, .S = 2, .route_scale = 8.0f,
+                                  .has_gate_bias = true, .has_global_scale = true,
+                                  .routed_format = MOE_ROUTED_NVFP4};
+
+/* Loads layer 3 of model, expecting success; ck stays open for the caller. */
+static void load_ok(const char *model, bool strict, moe_checkpoint *ck) {
+    moe_error err = {0};
+    moe_config cfg;
+    moe_weights w;
+    assert_int_equal(moe_checkpoint_open(model, ck, &err), MOE_OK);
+    ck->strict = strict;
+    if (moe_checkpoint_layer(ck, 3, NULL, &cfg, &w, &err)) fail_msg("%s", err.msg);
+}
+
+/* NVFP4: input_amax and original_shape validated; the config's quant_algo / group_size and
+ * hf_quant_config.json cross-checked with the tensors. */
+static void test_nvfp4_sidecars_and_config(void **state) {
+    (void)state;
+    const float bad_amax[3] = {-1.0f, NAN, INFINITY};
+    for (int i = 0; i < 3; i++) {
+        fixture fx;
+        make_fixture(&fx, &nv_cfg, &(fixture_opts){.layer = 3, .amax13 = bad_amax[i]});
+        expect_load_error(fx.model, 3, "model.llm.layers.3.mlp.experts.w13_weight.input_amax",
+                          "expected finite and > 0");
+        drop_fixture(&fx);
+    }
+    fixture fx;
+    make_fixture(&fx, &nv_cfg, &(fixture_opts){.layer = 3, .bad_original_shape = true});
+    expect_load_error(fx.model, 3, "model.llm.layers.3.mlp.experts.w13_weight.original_shape",
+                      "element 2 is 80, expected 64");
+    drop_fixture(&fx);
+
+    char text[2048], path[700];
+    /* NVFP4 tensors under Quark's MXFP4 config, MXFP4 tensors under an NVFP4 config */
+    fixture_config_text(&mx_cfg, 3, text, sizeof text);
+    make_fixture(&fx, &nv_cfg, &(fixture_opts){.layer = 3, .config_json = text});
+    expect_load_error(fx.model, 3, "stored as NVFP4", "quant_method");
+    drop_fixture(&fx);
+    fixture_config_text(&nv_cfg, 3, text, sizeof text);
+    make_fixture(&fx, &mx_cfg, &(fixture_opts){.layer = 3, .config_json = text});
+    expect_load_error(fx.model, 3, "stored as MXFP4", "quantization_config.quant_algo says NVFP4");
+    drop_fixture(&fx);
+    /* group_size must be the format's block */
+    fixture_config_text(&nv_cfg, 3, text, sizeof text);
+    char *g = strstr(text, "\"group_size\": 16");
+    assert_non_null(g);
+    memcpy(g, "\"group_size\": 32", 16);
+    make_fixture(&fx, &nv_cfg, &(fixture_opts){.layer = 3, .config_json = text});
+    expect_load_error(fx.model, 3, "group_size: 32", "NVFP4");
+    drop_fixture(&fx);
+
+    /* ModelOpt's second form: no quantization_config, hf_quant_config.json beside config.json */
+    fixture_config_text(&nv_cfg, 3, text, sizeof text);
+    *strstr(text, ",\n \"quantization_config\"") = '\0';
+    strcat(text, "}\n");
+    make_fixture(&fx, &nv_cfg, &(fixture_opts){.layer = 3, .config_json = text});
+    snprintf(path, sizeof path, "%s/hf_quant_config.json", fx.model);
+    assert_int_equal(fixture_write_text(path, "{\"producer\": {\"name\": \"modelopt\", \"version\": \"0.29\"},"
+                                              " \"quantization\": {\"quant_algo\": \"NVFP4\", \"group_size\": 16,"
+                                              " \"exclude_modules\": [\"lm_head\", \"model.llm.layers.*.mlp.shared_experts*\"]}}"),
+                     0);
+    moe_checkpoint ck;
+    load_ok(fx.model, false, &ck);
+    assert_true(ck.config.has_quant_config && ck.config.group_size == 16);
+    assert_string_equal(ck.config.quant_algo_field, "quantization.quant_algo");
+    assert_int_equal(ck.info.format, MOE_ROUTED_NVFP4);
+    moe_checkpoint_close(&ck);
+    assert_int_equal(fixture_write_text(path, "{\"quantization\": {\"quant_algo\": \"MXFP4\"}}"), 0);
+    expect_load_error(fx.model, 3, "quantization.quant_algo", "MXFP4");
+    assert_int_equal(fixture_write_text(path, "{\"quantization\": [1]}"), 0);
+    expect_load_error(fx.model, 3, "hf_quant_config.json", "quantization: not an object");
+    drop_fixture(&fx);
+}
+
+/* MXFP4 layers load with .input_amax / .original_shape sidecars; a tensor the loader does not
+ * know under the layer is reported by name, and strict mode refuses it. */
+static void test_sidecars_and_unknown_tensors(void **state) {
+    (void)state;
+    fixture fx;
+    moe_checkpoint ck;
+    make_fixture(&fx, &mx_cfg, &(fixture_opts){.layer = 3, .sidecars = true});
+    load_ok(fx.model, true, &ck);
+    assert_true(ck.info.input_amax[0] == 3.5f && ck.info.original_shape[1]);
+    assert_int_equal(ck.info.n_ignored, 0);
+    moe_checkpoint_close(&ck);
+    drop_fixture(&fx);
+    make_fixture(&fx, &mx_cfg, &(fixture_opts){.layer = 3, .sidecars = true, .amax13 = -2.0f});
+    expect_load_error(fx.model, 3, "experts.w13_weight.input_amax", "-2");
+    drop_fixture(&fx);
+    const char *extras[3] = {"experts.w13_weight.bias", "gate.e_score_correction_bias", "experts.w2_weight.scale2"};
+    for (int i = 0; i < 3; i++) {
+        char full[160];
+        snprintf(full, sizeof full, "model.llm.layers.3.mlp.%s", extras[i]);
+        make_fixture(&fx, &mx_cfg, &(fixture_opts){.layer = 3, .extra = extras[i]});
+        load_ok(fx.model, false, &ck);
+        assert_int_equal(ck.info.n_ignored, 1);
+        assert_string_equal(ck.info.ignored[0], full);
+        moe_checkpoint_close(&ck);
+        expect_strict_error(fx.model, full);
+        drop_fixture(&fx);
+    }
+}
+
+static void test_each_missing_wrong_shape_wrong_dtype(void **state) {
+    (void)state;
+    check_each_missing_wrong_shape_wrong_dtype(&mx_cfg);
+    moe_config nv = mx_cfg;
+    nv.routed_format = MOE_ROUTED_NVFP4;
+    check_each_missing_wrong_shape_wrong_dtype(&nv);
 }
 
 static void test_config_disagrees_with_tensors(void **state) {
@@ -559,6 +698,8 @@ int main(void) {
         cmocka_unit_test(test_exclude_weight_names),
         cmocka_unit_test(test_layer_round_trip),
         cmocka_unit_test(test_each_missing_wrong_shape_wrong_dtype),
+        cmocka_unit_test(test_nvfp4_sidecars_and_config),
+        cmocka_unit_test(test_sidecars_and_unknown_tensors),
         cmocka_unit_test(test_config_disagrees_with_tensors),
         cmocka_unit_test(test_quantization_cross_check),
         cmocka_unit_test(test_bad_scales),
