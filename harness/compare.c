@@ -5,8 +5,9 @@
  * Rules implemented here:
  *   - a stored value passes when lo <= value <= hi (NaN never passes where a finite value is
  *     due); its error is |value - centre| and its tolerance the half-width of [lo, hi];
- *   - ids: every run's ids must equal the exact routing's, except on a near-tie token, where
- *     the reference selector fed the run's logits must give the run's ids and the run's own
+ *   - ids: every run's ids must equal the exact routing's (the contract's selection, computed
+ *     apart from ref/ by selection.c), except on a near-tie token, where the contract's
+ *     selector fed the run's logits must give the run's ids and the run's own
  *     selector (its route entry, when it has one) fed the exact fp32 logits must give the
  *     exact ids; such a token's later stages are not compared for that run;
  *   - a token with a non-finite input row: all-NaN output row, ids in [0, R), NaN weights.
@@ -14,6 +15,7 @@
 #include "compare.h"
 
 #include "envelope.h"
+#include "selection.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -294,9 +296,8 @@ static bool ids_equal(const int32_t *a, const int32_t *b, int K) {
 }
 
 /* The ids stage for one run: exact, or a near-tie on which both selectors agree. */
-static moe_status judge_ids(const moe_cmp_case *cc, judged *j, int run_index, router *ref_router,
-                            router *own_router, int *near_ties, moe_cmp_report *rep,
-                            moe_error *err) {
+static moe_status judge_ids(const moe_cmp_case *cc, judged *j, int run_index, router *own_router,
+                            int *near_ties, moe_cmp_report *rep, moe_error *err) {
     const moe_run *r = j->run;
     const moe_envelope *e = j->env;
     const int K = e->K, R = e->R, S = e->S, G = R + S;
@@ -319,10 +320,10 @@ static moe_status judge_ids(const moe_cmp_case *cc, judged *j, int run_index, ro
         if (agree && !e->nonfinite[t] && !ids_equal(got, want, K)) {
             agree = false;
             if (e->near_tie[t]) {
-                /* feed the reference selector this run's logits ... */
-                st = router_route(ref_router, &moe_backend_ref, &r->opt, cc,
-                                  r->logits + (size_t)t * G, tmp_ids, tmp_w, err);
-                bool ref_agrees = !st && ids_equal(tmp_ids, got, K);
+                /* feed the contract's selector (selection.c) this run's logits ... */
+                contract_select(r->logits + (size_t)t * G, cc->cfg->has_gate_bias ? cc->w->gate_bias : NULL,
+                                R, K, tmp_ids, tmp_w);
+                bool ref_agrees = ids_equal(tmp_ids, got, K);
                 /* ... and this run's selector the exact logits */
                 bool own_agrees = true;
                 if (!st && r->backend->route) {
@@ -428,7 +429,7 @@ moe_status moe_compare_runs(const moe_cmp_case *cc, const moe_run *a, const moe_
         else
             for (int t = 0; t < cc->T; t++) j[k].skip[t] = envs[k]->nonfinite[t];
     }
-    router routers[3];
+    router routers[2];
     memset(routers, 0, sizeof routers);
     const size_t T = (size_t)cc->T, G = (size_t)(c->R + c->S), KS = (size_t)(c->K + c->S);
     const size_t KI = (size_t)c->K * c->I, KD = (size_t)c->K * c->D, SI = (size_t)c->S * c->I;
@@ -447,7 +448,7 @@ moe_status moe_compare_runs(const moe_cmp_case *cc, const moe_run *a, const moe_
             case MOE_CMP_IDS:
                 if (!(r->filled & MOE_STAGE_TOPK)) break;
                 rep->stages_compared |= 1u << stage;
-                st = judge_ids(cc, &j[k], k, &routers[0], &routers[1 + k], &rep->near_ties, rep, err);
+                st = judge_ids(cc, &j[k], k, &routers[k], &rep->near_ties, rep, err);
                 if (!st && rep->ok) judge_nonfinite(&j[k], rep);
                 break;
             case MOE_CMP_WEIGHTS:
@@ -489,7 +490,7 @@ moe_status moe_compare_runs(const moe_cmp_case *cc, const moe_run *a, const moe_
         snprintf(rep->msg, sizeof rep->msg, "ok: %s%s%s inside the %s envelope (%d near-tie token%s)",
                  a->name, b ? " and " : "", b ? b->name : "", precision_name(a->opt.precision),
                  rep->near_ties, rep->near_ties == 1 ? "" : "s");
-    for (int k = 0; k < 3; k++) router_free(&routers[k]);
+    for (int k = 0; k < 2; k++) router_free(&routers[k]);
     for (int k = 0; k < 2; k++) {
         free(j[k].skip);
         moe_envelope_free(made[k]);

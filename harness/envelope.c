@@ -10,7 +10,8 @@
  *     roundings of the two ends of the interval its unrounded value lies in (rounding is
  *     monotonic), so an interval collapses to one value away from rounding boundaries;
  *   - logits: centre sum x*Wg, radius acc(D) * sum |x||Wg|, stored as fp32;
- *   - routing: the reference's selection on the exact fp32 logits; a token is a near-tie when
+ *   - routing: the contract's selection (selection.c, apart from ref/) on the exact fp32
+ *     logits, the reference's weights; a token is a near-tie when
  *     two adjacent slots, or slot K-1 and the best unselected expert, have selection scores
  *     closer than their radii (sigmoid slope <= 1/4 times the logit radius, plus fp32
  *     evaluation); weights: relative radius 2 * max logit radius + fp32 evaluation of the
@@ -27,6 +28,7 @@
  * Tokens whose input row holds NaN or inf are only flagged.
  */
 #include "envelope.h"
+#include "selection.h"
 
 #include "../common/numeric.h"
 #include "../ref/ref.h"
@@ -109,6 +111,7 @@ typedef struct {
     float *logits;    /* [G] the exact logits rounded to fp32, as the reference has them */
     double *logit_r;  /* [G] how far a correct path's fp32 logit may be from the exact one */
     float *weights;   /* [K+S] */
+    float *sel;       /* [K] selection scores, contract_select's scratch */
     double *w_rel;    /* [K+S] relative radius of each weight */
     double *hc, *hrad, *hmax; /* [I] one slot's h: centre, radius, largest magnitude */
     double *pc, *prad, *pmag; /* [(1+n) * D] partial sums: unsplit, then rank 0..n-1 */
@@ -122,6 +125,7 @@ static void scratch_free(token_scratch *s) {
     free(s->logits);
     free(s->logit_r);
     free(s->weights);
+    free(s->sel);
     free(s->w_rel);
     free(s->hc);
     free(s->hrad);
@@ -142,6 +146,7 @@ static bool scratch_alloc(token_scratch *s, const moe_config *c, int n) {
     s->logits = malloc(G * sizeof(float));
     s->logit_r = malloc(G * sizeof(double));
     s->weights = malloc(KS * sizeof(float));
+    s->sel = malloc((size_t)c->K * sizeof(float));
     s->w_rel = malloc(KS * sizeof(double));
     s->hc = malloc(I * sizeof(double));
     s->hrad = malloc(I * sizeof(double));
@@ -149,7 +154,7 @@ static bool scratch_alloc(token_scratch *s, const moe_config *c, int n) {
     s->pc = malloc(P * sizeof(double));
     s->prad = malloc(P * sizeof(double));
     s->pmag = malloc(P * sizeof(double));
-    return s->x && s->row && s->sink_c && s->sink_r && s->logits && s->logit_r && s->weights && s->w_rel &&
+    return s->x && s->row && s->sink_c && s->sink_r && s->logits && s->logit_r && s->weights && s->sel && s->w_rel &&
            s->hc && s->hrad && s->hmax && s->pc && s->prad && s->pmag;
 }
 
@@ -231,6 +236,10 @@ static void token_logits_and_routing(builder *b, int t) {
     int32_t *ids = e->ids + (size_t)t * K;
     ref_route_token(s->logits, b->w->gate_bias, R, K, S, b->cfg->route_scale, b->w->global_scale,
                     ids, s->weights);
+    /* The ids every run is judged by: the contract's selection, computed apart from ref/, so
+     * that a bug in the reference's selection cannot move the judge with it. (The weights stay
+     * the reference's; where its ids differ, the reference fails at stage ids first.) */
+    contract_select(s->logits, b->w->gate_bias, R, K, ids, s->sel);
 
     /* near-ties: selection scores as the reference forms them, with their radii */
     const float *bias = b->w->gate_bias;

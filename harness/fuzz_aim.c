@@ -4,7 +4,8 @@
  *
  * Rules:
  *   - one hint is drawn from every registered path's list (a path not built still declares its
- *     constants), then the case's shape is set so that it lands on the constant:
+ *     constants), a kind first, then a hint of that kind; the case's shape is set so that it
+ *     lands on the constant:
  *       tokens        T = v - 1, v, v + 1, 2v or 2v + 1 on a narrow layer;
  *       expert rows   T = v - 1, v or v + 1 with `few` (every finite token selects the same
  *                     boosted experts), so one expert gets exactly those rows;
@@ -61,7 +62,7 @@ static void keep_cheap(fuzz_case *c, moe_rng *rng) {
 static bool aim_tiles(fuzz_case *c, long v, moe_rng *rng) {
     const bool w13 = moe_rng_int(rng, 0, 1);
     const long per = w13 ? v / 2 : v; /* tile = per / cols units (rows of w2, channels of w13) */
-    const bool partial = moe_rng_int(rng, 0, 1);
+    const bool partial = moe_rng_int(rng, 0, 2) > 0; /* the case a tiler most likely drops */
     const int n = partial ? moe_rng_int(rng, 2, 3) : moe_rng_int(rng, 1, 3);
     int cols = 0;
     if (!partial) { /* whole tiles need a unit that is a multiple of 32 */
@@ -118,11 +119,30 @@ static bool aim_expert_rows(fuzz_case *c, long v, moe_rng *rng) {
     return true;
 }
 
-bool fuzz_case_aim(fuzz_case *c, moe_rng *rng) {
+/* A hint drawn kind first (each kind declared by some path equally likely), then among the
+ * hints of that kind: a path with many width blocks does not crowd out the one weight tile. */
+static const moe_shape_hint *draw_hint(moe_rng *rng) {
     const moe_shape_hint *hints[AIM_MAX_HINTS];
     const int n = all_hints(hints, AIM_MAX_HINTS);
-    if (n == 0) return false;
-    const moe_shape_hint *h = hints[moe_rng_int(rng, 0, n - 1)];
+    int kinds[8], n_kinds = 0;
+    for (int i = 0; i < n; i++) {
+        bool seen = false;
+        for (int k = 0; k < n_kinds; k++) seen = seen || kinds[k] == (int)hints[i]->kind;
+        if (!seen && n_kinds < 8) kinds[n_kinds++] = (int)hints[i]->kind;
+    }
+    if (n_kinds == 0) return NULL;
+    const int kind = kinds[moe_rng_int(rng, 0, n_kinds - 1)];
+    int of_kind = 0;
+    for (int i = 0; i < n; i++) of_kind += (int)hints[i]->kind == kind;
+    int pick = moe_rng_int(rng, 0, of_kind - 1);
+    for (int i = 0; i < n; i++)
+        if ((int)hints[i]->kind == kind && pick-- == 0) return hints[i];
+    return NULL;
+}
+
+bool fuzz_case_aim(fuzz_case *c, moe_rng *rng) {
+    const moe_shape_hint *h = draw_hint(rng);
+    if (!h) return false;
     fuzz_case a = *c;
     bool ok = false;
     switch (h->kind) {

@@ -10,15 +10,28 @@
  *   dup       a few gate rows (and biases) duplicated onto others;
  *   near      a few gate rows copied with one element moved by one bf16 ulp, or (with a bias)
  *             the bias moved by one fp32 ulp: selection scores that differ in the last bits;
- *   neglogit  one input column set to 32 in every token and that column of about half (or
- *             all) of the gate rows, sinks included, set to -8: logits near -256;
+ *   neglogit  one input column set to 32 in every token and that column of the gate rows set
+ *             to -8, -32 or -128 (logits near -256, -1024 or -4096: past about -709, exp of
+ *             them underflows and a log-sigmoid normaliser that leaves out the sinks
+ *             overflows), on about half of the rows (sinks included: 1 in 4), on all of
+ *             them (1 in 4), or on every routed row and no sink (1 in 2);
  *   codes     (MXFP4) the first block of every row holds every E2M1 code twice;
  *   e8m0      (MXFP4, after codes) about 1 in 16 scale blocks set to 0 (2^-127), 1, 2, a large byte
  *             (2^10..2^20), or 254 over codes forced to +-0;
  *   few       (bias) K experts get +2 bias: every finite token selects the same K experts;
  *   allhit    token t's input leans towards experts tK..tK+K-1 (mod R): every expert is hit
  *             once T*K >= R;
+ *   biastie   (bias, R >= 2) experts p < q tie exactly after the contract's two roundings
+ *             of sel = sigma + bias and differ by one ulp after a single rounding: p's gate row
+ *             is zero (sigma = 1/2 exactly) with bias 1, so sel 1.5; q's row is zero but for c
+ *             at a column d0 where every token's x is 32 (logit 32c for every token, exact on
+ *             every path), with sigma(32c) above its fp32 rounding s, and q's bias is
+ *             1.5 + 2^-24 - s (exact in fp32): s + bias is exactly halfway between 1.5 and the
+ *             next float and rounds to even, 1.5, so the lowest index (p) wins, while
+ *             sigma + bias rounded once is the next float up;
  *   nonfinite up to a quarter of the tokens (at least one) get one NaN, +inf or -inf.
+ * biastie is drawn from the aiming stream (fuzz_suite_case), so that adding it moved no other
+ * draw.
  */
 #include "fuzz_case.h"
 
@@ -31,7 +44,7 @@
 #include <string.h>
 
 static const char *const feature_names[FZ_FEATURE_COUNT] = {
-    "ties", "dup", "near", "e8m0", "codes", "neglogit", "nonfinite", "few", "allhit"};
+    "ties", "dup", "near", "e8m0", "codes", "neglogit", "nonfinite", "few", "allhit", "biastie"};
 
 const char *fuzz_feature_name(int i) { return i >= 0 && i < FZ_FEATURE_COUNT ? feature_names[i] : "?"; }
 
@@ -228,10 +241,35 @@ static void feature_near(moe_layer_data *ld, moe_rng *rng) {
 }
 
 static void feature_neglogit(moe_layer_data *ld, uint16_t *x, int T, moe_rng *rng) {
-    const int D = ld->cfg.D, G = ld->cfg.R + ld->cfg.S, d0 = moe_rng_int(rng, 0, D - 1);
-    const bool all = moe_rng_int(rng, 0, 1);
+    static const float depth[3] = {-8.0f, -32.0f, -128.0f};
+    const int D = ld->cfg.D, R = ld->cfg.R, G = R + ld->cfg.S, d0 = moe_rng_int(rng, 0, D - 1);
+    const uint16_t v = moe_f32_to_bf16(depth[moe_rng_int(rng, 0, 2)]);
+    const int rows = moe_rng_int(rng, 0, 3); /* 0: about half, 1: all, 2 and 3: the routed ones */
     for (int g = 0; g < G; g++)
-        if (all || moe_rng_int(rng, 0, 1)) ld->gate_w[(size_t)g * D + d0] = moe_f32_to_bf16(-8.0f);
+        if (rows == 1 || (rows >= 2 && g < R) || (rows == 0 && moe_rng_int(rng, 0, 1)))
+            ld->gate_w[(size_t)g * D + d0] = v;
+    for (int t = 0; t < T; t++) x[(size_t)t * D + d0] = moe_f32_to_bf16(32.0f);
+}
+
+static void feature_biastie(moe_layer_data *ld, uint16_t *x, int T, moe_rng *rng) {
+    const int D = ld->cfg.D, R = ld->cfg.R;
+    if (R < 2 || !ld->gate_bias) return;
+    const int p = moe_rng_int(rng, 0, R - 2), q = moe_rng_int(rng, p + 1, R - 1);
+    const int d0 = moe_rng_int(rng, 0, D - 1);
+    uint16_t c = 0;
+    double sigma = 0.0;
+    float s = 0.0f;
+    for (int tries = 0; tries < 64 && !(sigma > (double)s); tries++) { /* sigma rounded down */
+        c = moe_f32_to_bf16((float)(0.01 + 0.1 * moe_rng_uniform(rng)));
+        sigma = 1.0 / (1.0 + exp(-32.0 * (double)moe_bf16_to_f32(c)));
+        s = (float)sigma;
+    }
+    if (!(sigma > (double)s)) return;
+    memset(ld->gate_w + (size_t)p * D, 0, (size_t)D * sizeof(uint16_t));
+    memset(ld->gate_w + (size_t)q * D, 0, (size_t)D * sizeof(uint16_t));
+    ld->gate_w[(size_t)q * D + d0] = c;
+    ld->gate_bias[p] = 1.0f;
+    ld->gate_bias[q] = (float)(1.5 + ldexp(1.0, -24) - (double)s); /* exact: a multiple of 2^-24 in (0.5, 1] */
     for (int t = 0; t < T; t++) x[(size_t)t * D + d0] = moe_f32_to_bf16(32.0f);
 }
 
@@ -316,6 +354,7 @@ moe_status fuzz_case_build(const fuzz_case *c, moe_layer_data *ld, uint16_t **xp
         for (int k = 0; k < c->cfg.K; k++) ld->gate_bias[moe_rng_int(&rng[7], 0, R - 1)] += 2.0f;
     if (f & FZ_ALLHIT) feature_allhit(ld, x, T, &rng[8]);
     if (f & FZ_NEGLOGIT) feature_neglogit(ld, x, T, &rng[5]);
+    if (f & FZ_BIASTIE) feature_biastie(ld, x, T, &rng[9]);
     if ((f & FZ_NONFINITE) && T > 0) feature_nonfinite(x, T, D, &rng[6]);
     *xp = x;
     return MOE_OK;
@@ -370,8 +409,13 @@ fuzz_case fuzz_suite_case(const fuzz_suite *s, uint64_t seed, long i) {
     if (c.features & FZ_FEW) cfg->has_gate_bias = true;
     if (c.T == 0) c.features &= ~(unsigned)(FZ_NONFINITE | FZ_ALLHIT);
     c.seed = moe_rng_next(&rng);
-    /* aiming draws from its own stream, so that unaimed cases stay what they were */
+    /* aiming and the later features draw from their own stream, so that the draws above stay
+     * what they were before these existed */
     moe_rng aim = moe_rng_make(seed, 7000 + (uint64_t)i);
+    if (moe_rng_uniform(&aim) < s->feature_p && cfg->R >= 2) {
+        c.features |= FZ_BIASTIE;
+        cfg->has_gate_bias = true;
+    }
     if (moe_rng_uniform(&aim) < s->aim_p) fuzz_case_aim(&c, &aim);
     return c;
 }

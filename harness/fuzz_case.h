@@ -38,7 +38,9 @@ enum {
     FZ_NONFINITE = 1u << 6, /* input rows holding NaN or +-inf */
     FZ_FEW = 1u << 7,       /* a bias that sends (nearly) every token to the same few experts */
     FZ_ALLHIT = 1u << 8,    /* inputs aimed so that every expert is hit */
-    FZ_FEATURE_COUNT = 9
+    FZ_BIASTIE = 1u << 9,   /* two selection scores tied by the contract's two roundings, one
+                               ulp apart after one rounding: the lowest index decides */
+    FZ_FEATURE_COUNT = 10
 };
 
 const char *fuzz_feature_name(int bit_index);

@@ -9,6 +9,10 @@
  * from its exported pieces): a sink gamma on the wrong sink, the routed weight applied before
  * W2, the routed intermediates left unrounded (serving), y rounded to bf16 before weighting, the
  * last token of the batch dropped.
+ * Bugs of the class the fuzzer was blind to: the OpenBLAS path's partial last weight tile
+ * dropped (its declared TILE_ELEMENTS hint and clipping, emulated by zeroing the weight rows that
+ * tile holds), the selection score rounded once, the log-sigmoid normaliser's maximum taken over
+ * the routed logits only (overflows once every routed logit is far below -709).
  */
 #include "mutants.h"
 
@@ -38,7 +42,10 @@
     X(WEIGHT_BEFORE_W2, "weight_before_w2", "routed weight applied to h before W2")             \
     X(NO_ROUND_INTER, "no_round_inter", "serving: routed g, u, h not rounded to bf16")          \
     X(ROUND_Y, "round_y", "routed y rounded to bf16 before weighting")                          \
-    X(DROP_LAST_TOKEN, "drop_last_token", "the last token of the batch dropped")
+    X(DROP_LAST_TOKEN, "drop_last_token", "the last token of the batch dropped")                \
+    X(DROP_PARTIAL_TILE, "drop_partial_tile", "the OpenBLAS path's partial last weight tile dropped") \
+    X(ONE_ROUNDING, "one_rounding", "selection score sigma + bias rounded once, not twice")     \
+    X(ROUTED_ONLY_MAX, "routed_only_max", "log-sigmoid normaliser's max over routed logits only")
 
 #define AS_ENUM(id, name, desc) M_##id,
 typedef enum { MUTANT_LIST(AS_ENUM) M_COUNT } mutant_id;
@@ -128,6 +135,52 @@ static void permute_halves(uint8_t *m, size_t rows, size_t row_bytes) {
     free(old);
 }
 
+/* The OpenBLAS path's declared weight tile (MOE_HINT_TILE_ELEMENTS), or 0 if none. */
+static long blas_tile_elements(void) {
+    for (const moe_shape_hint *h = moe_backend_blas.shape_hints; h && h->name; h++)
+        if (h->kind == MOE_HINT_TILE_ELEMENTS) return h->value;
+    return 0;
+}
+
+/* Where the last, partial tile starts along `extent` cut into tiles of `unit` (clipped to
+ * [1, extent] as blas_backend.c clips it), or -1 when the extent is whole tiles. */
+static int partial_tile_start(int extent, long unit) {
+    if (unit < 1) unit = 1;
+    if (extent <= 0 || unit >= extent || extent % unit == 0) return -1;
+    return (int)(extent / unit * unit);
+}
+
+/* Whether a layer of width IL (routed) and SIL (sinks) has a partial tile anywhere. */
+static bool has_partial_tile(int D, int IL, int S, int SIL) {
+    const long v = blas_tile_elements();
+    if (v <= 0) return false;
+    bool routed = partial_tile_start(IL, v / (2 * D)) >= 0 || partial_tile_start(D, v / IL) >= 0;
+    bool sinks = S > 0 && (partial_tile_start(SIL, v / (2 * D)) >= 0 || partial_tile_start(D, v / SIL) >= 0);
+    return routed || sinks;
+}
+
+/* One matrix pair's partial tiles dropped: w13 [2W, D] channels and w2 [D, W] rows of the last
+ * partial tile read as zero (h and y there come out 0, as if never computed). */
+static void drop_partial(uint8_t *w13, size_t w13_row, uint8_t *w2, size_t w2_row, int D, int W) {
+    const long v = blas_tile_elements();
+    int c0 = partial_tile_start(W, v / (2 * D)), r0 = partial_tile_start(D, v / W);
+    if (c0 >= 0) memset(w13 + (size_t)2 * c0 * w13_row, 0, (size_t)2 * (W - c0) * w13_row);
+    if (r0 >= 0) memset(w2 + (size_t)r0 * w2_row, 0, (size_t)(D - r0) * w2_row);
+}
+
+static void drop_partial_tiles(moe_shard *s) {
+    const int D = s->cfg.D, IL = s->I_local, SIL = s->sink_I_local;
+    const bool mx = s->cfg.routed_format == MOE_ROUTED_MXFP4;
+    const size_t w2_row = mx ? (size_t)IL / 2 : (size_t)IL * 2;
+    for (int e = 0; e < s->n_local_experts; e++) {
+        uint8_t *w2 = mx ? s->w2_mx : (uint8_t *)s->w2_bf16;
+        drop_partial(w13_expert(s, e), w13_row_bytes(s), w2 + (size_t)e * D * w2_row, w2_row, D, IL);
+    }
+    for (int k = 0; k < s->cfg.S; k++)
+        drop_partial((uint8_t *)(s->sink_w13 + (size_t)k * 2 * SIL * D), (size_t)D * 2,
+                     (uint8_t *)(s->sink_w2 + (size_t)k * D * SIL), (size_t)SIL * 2, D, SIL);
+}
+
 /* Row pair j takes pair j-1's rows; pair 0 becomes zero (the slab read one pair early). */
 static void shift_pairs(uint8_t *m, size_t rows, size_t row_bytes) {
     memmove(m + 2 * row_bytes, m, (rows - 2) * row_bytes);
@@ -166,6 +219,7 @@ static void mutate_shard(mutant_id id, moe_shard *s) {
     case M_ONE_SCALE_BLOCK:
         if (mx && E > 0 && s->w13_scale[0] < 254) s->w13_scale[0]++;
         break;
+    case M_DROP_PARTIAL_TILE: drop_partial_tiles(s); break;
     case M_TP_SLAB_OFF:
         if (s->split.rank >= 1) {
             if (s->split.kind == MOE_SPLIT_TP)
@@ -186,10 +240,11 @@ static void mutate_shard(mutant_id id, moe_shard *s) {
 
 static double log_sigmoid(double a) { return fmin(a, 0.0) - log1p(exp(-fabs(a))); }
 
-/* The log-space weights of SPEC §1 step 3 over n given logits (as ref_route.c). */
-static void weights_of(const double *a, int n, double scale, float *w) {
+/* The log-space weights of SPEC §1 step 3 over n given logits (as ref_route.c), the maximum
+ * taken over the first n_max of them (n: correct). */
+static void weights_of(const double *a, int n, int n_max, double scale, float *w) {
     double m = -INFINITY, sum = 0.0;
-    for (int j = 0; j < n; j++) m = fmax(m, log_sigmoid(a[j]));
+    for (int j = 0; j < n_max; j++) m = fmax(m, log_sigmoid(a[j]));
     for (int j = 0; j < n; j++) sum += exp(log_sigmoid(a[j]) - m);
     for (int j = 0; j < n; j++) w[j] = (float)(exp(log_sigmoid(a[j]) - m) / sum * scale);
 }
@@ -214,7 +269,27 @@ static void mutant_route_token(mutant_state *m, const float *logits, int32_t *id
         for (int j = 0; j < K + S; j++)
             m->tmp_a[j] = j < K ? (double)logits[ids[j]] + (bias ? (double)bias[ids[j]] : 0.0)
                                 : (double)logits[R + (j - K)];
-        weights_of(m->tmp_a, K + S, (double)rs * (double)gs, w);
+        weights_of(m->tmp_a, K + S, K + S, (double)rs * (double)gs, w);
+        return;
+    case M_ONE_ROUNDING: /* sel = fl32(sigma + bias): one rounding where the contract has two */
+        for (int k = 0; k < K; k++) {
+            int best = -1;
+            float best_sel = 0.0f;
+            for (int e = 0; e < R; e++) {
+                bool taken = false;
+                for (int j = 0; j < k; j++) taken = taken || ids[j] == e;
+                float sel = (float)(1.0 / (1.0 + exp(-(double)logits[e])) + (bias ? (double)bias[e] : 0.0));
+                if (!taken && (best < 0 || sel > best_sel)) best = e, best_sel = sel;
+            }
+            ids[k] = best;
+        }
+        for (int j = 0; j < K + S; j++) m->tmp_a[j] = j < K ? (double)logits[ids[j]] : (double)logits[R + (j - K)];
+        weights_of(m->tmp_a, K + S, K + S, (double)rs * (double)gs, w);
+        return;
+    case M_ROUTED_ONLY_MAX: /* the right experts; the normaliser's max misses the sinks */
+        ref_route_token(logits, bias, R, K, S, rs, gs, ids, w);
+        for (int j = 0; j < K + S; j++) m->tmp_a[j] = j < K ? (double)logits[ids[j]] : (double)logits[R + (j - K)];
+        weights_of(m->tmp_a, K + S, K, (double)rs * (double)gs, w);
         return;
     case M_PAD_SELECTABLE: {
         int n = s->split.kind == MOE_SPLIT_EP ? s->split.n : 1;
@@ -401,7 +476,16 @@ static bool mutant_supports(mutant_id id, const moe_config *cfg, const moe_split
     case M_NO_ROUND_INTER: ok = opt->precision == MOE_PRECISION_SERVING; break;
     case M_SINK_GAMMA_SWAP: ok = cfg->S >= 2; break;
     case M_NO_GLOBAL_SCALE: ok = cfg->has_global_scale; break;
-    case M_BIAS_IN_WEIGHTS: ok = cfg->has_gate_bias; break;
+    case M_BIAS_IN_WEIGHTS:
+    case M_ONE_ROUNDING: ok = cfg->has_gate_bias; break;
+    case M_ROUTED_ONLY_MAX: ok = cfg->S >= 1; break;
+    case M_DROP_PARTIAL_TILE: {
+        const int n = split->n, pad = split->pad_inter_to, I = cfg->I;
+        int IL = split->kind == MOE_SPLIT_TP ? I / n : I, SIL = split->kind != MOE_SPLIT_NONE ? I / n : I;
+        if (pad > 0) IL = (IL + pad - 1) / pad * pad, SIL = (SIL + pad - 1) / pad * pad;
+        ok = has_partial_tile(cfg->D, IL, cfg->S, SIL); /* as moe_shard_build sizes the slabs */
+        break;
+    }
     default: break;
     }
     if (!ok) snprintf(why, len, "the planted bug cannot show on this case");

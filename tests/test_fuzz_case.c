@@ -10,12 +10,14 @@
  *   - building a case twice gives the same bytes;
  *   - bad lines fail naming the key or word at fault;
  *   - features do what they say: ties make equal gate rows, nonfinite puts NaN/inf in x,
- *     codes puts all 16 codes in a row's first block, neglogit gives logits below -100.
+ *     codes puts all 16 codes in a row's first block, neglogit gives logits below -100, and
+ *     below -709 on every routed row and no sink in some cases.
  */
 #include "test_support.h"
 
 #include "harness/fuzz_case.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 static void test_roundtrip_and_bounds(void **state) {
@@ -166,7 +168,7 @@ static void test_features(void **state) {
     unsigned seen_codes = 0;
     for (int k = 0; k < 16; k++) seen_codes |= 1u << (ld.w13_mx[k] & 15) | 1u << (ld.w13_mx[k] >> 4);
     assert_int_equal(seen_codes, 0xFFFFu);
-    /* neglogit: a column of x at 32 in every token, and some gate row holds -8 there */
+    /* neglogit: a column of x at 32 in every token, and some gate row holds -8, -32 or -128 */
     int col = -1;
     for (int d = 0; d < D && col < 0; d++) {
         bool all = true;
@@ -175,10 +177,42 @@ static void test_features(void **state) {
     }
     assert_true(col >= 0);
     int rows = 0;
-    for (int g = 0; g < c.cfg.R + c.cfg.S; g++) rows += ld.gate_w[g * D + col] == moe_f32_to_bf16(-8.0f);
+    for (int g = 0; g < c.cfg.R + c.cfg.S; g++) {
+        float w = moe_bf16_to_f32(ld.gate_w[g * D + col]);
+        rows += w == -8.0f || w == -32.0f || w == -128.0f;
+    }
     assert_true(rows >= 1);
     moe_layer_data_free(&ld);
     free(x);
+}
+
+/* neglogit reaches past -709 (logits of -1024 and -4096) and, in some cases, on every routed
+ * gate row while no sink's is touched: what a normaliser that forgets the sinks needs to show. */
+static void test_neglogit_depths(void **state) {
+    (void)state;
+    bool deep = false, routed_only_deep = false;
+    for (int seed = 1; seed <= 60; seed++) {
+        char line[200];
+        snprintf(line, sizeof line, "D=32 I=32 R=3 K=2 S=2 T=1 fmt=bf16 bias=0 gscale=0 rs=1 "
+                 "split=none pad=0 seed=%d feat=neglogit", seed);
+        fuzz_case c;
+        moe_layer_data ld;
+        uint16_t *x;
+        build(line, &c, &ld, &x);
+        int col = 0;
+        while (x[col] != moe_f32_to_bf16(32.0f)) col++;
+        int routed = 0, sinks = 0;
+        for (int g = 0; g < 5; g++) {
+            bool hit = moe_bf16_to_f32(ld.gate_w[g * 32 + col]) * 32.0f <= -1024.0f;
+            routed += g < 3 && hit;
+            sinks += g >= 3 && ld.gate_w[g * 32 + col] == ld.gate_w[col];
+        }
+        deep = deep || routed > 0;
+        routed_only_deep = routed_only_deep || (routed == 3 && sinks == 0);
+        moe_layer_data_free(&ld);
+        free(x);
+    }
+    assert_true(deep && routed_only_deep);
 }
 
 int main(void) {
@@ -188,6 +222,7 @@ int main(void) {
         cmocka_unit_test(test_bad_lines),
         cmocka_unit_test(test_build_deterministic),
         cmocka_unit_test(test_features),
+        cmocka_unit_test(test_neglogit_depths),
     };
     return cmocka_run_group_tests_name("fuzz_case", tests, NULL, NULL);
 }

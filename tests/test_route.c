@@ -8,13 +8,17 @@
  *   - the bias changes which experts are chosen, never their weights;
  *   - w_j = sigma(a_j) / sum sigma(a) * route_scale * global_scale over the K chosen raw logits
  *     and the S sink logits (derived here in long double); they sum to the scale;
- *   - extreme logits (-200, -1000, +inf) give finite weights, -inf gives weight 0.
+ *   - extreme logits (-200, -1000, +inf) give finite weights, -inf gives weight 0;
+ *   - 1-ulp near-ties decided by the bias: sel rounded twice (sigma to fp32, then the sum)
+ *     ties where one rounding would not, and the lowest index wins; the reference and the
+ *     harness's own selector (harness/selection.c) both follow the contract.
  */
 #include "test_support.h"
 
 #include "common/layer_data.h"
 #include "common/numeric.h"
 #include "ref/ref.h"
+#include "harness/selection.h"
 
 #include <float.h>
 
@@ -261,6 +265,48 @@ static void test_layer_route_scales_and_bias(void **state) {
     }
 }
 
+/* Expert `a` (logit 0: sigma = 1/2 exactly, bias 1: sel 1.5) and expert `b` (logit L, bias
+ * 1.5 +- 2^-24 - s with s = fl32(sigma(L)), exact in fp32): s + bias is exactly halfway between
+ * 1.5 and its neighbour and rounds to even, 1.5, a tie that the lower index wins; sigma + bias
+ * rounded once lies on the side of sigma - s. The layout puts the lower index on the side that
+ * one rounding would lose, so the two rules select differently, and the test derives both
+ * answers itself (long double sigma, its own fp32 rounding). */
+static void test_one_ulp_ties_decided_by_bias(void **state) {
+    (void)state;
+    const float Ls[] = {0.3f, 0.75f, 1.3f, 2.1f, 0.9f, 0.0625f, 3.7f, 1.0f / 3.0f}; /* sigma in (1/2, 1) */
+    int discriminating = 0;
+    for (size_t i = 0; i < sizeof Ls / sizeof Ls[0]; i++)
+        for (int side = -1; side <= 1; side += 2) {
+            const long double sigma = test_sigmoid((long double)Ls[i]), s = test_round_f32(sigma);
+            if (sigma == s) continue;
+            const long double half = 0x1p-24L;
+            const float b_bias = (float)(1.5L + side * half - s);
+            assert_true((long double)b_bias == 1.5L + side * half - s); /* exact in fp32 */
+            /* one rounding: above 1.5 when sigma > s and the midpoint is above (side +1) */
+            const long double once = test_round_f32(sigma + (long double)b_bias);
+            const bool b_wins_once = once > 1.5L;
+            /* the lower index goes to whichever expert one rounding puts second */
+            const int a = b_wins_once ? 1 : 3, b = b_wins_once ? 3 : 1;
+            if (once == 1.5L) continue; /* both rules tie: not discriminating */
+            float logits[5] = {-3.0f, -3.0f, -3.0f, -3.0f, 0.5f}, bias[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            logits[a] = 0.0f, bias[a] = 1.0f;
+            logits[b] = Ls[i], bias[b] = b_bias;
+            /* the contract: both scores round to 1.5, the lower index first */
+            const int32_t want[2] = {a < b ? a : b, a < b ? b : a};
+            int32_t ids[2];
+            float w[3], scratch[2];
+            ref_route_token(logits, bias, 4, 2, 1, 1.0f, 1.0f, ids, w);
+            assert_int_equal(ids[0], want[0]);
+            assert_int_equal(ids[1], want[1]);
+            contract_select(logits, bias, 4, 2, ids, scratch);
+            assert_int_equal(ids[0], want[0]);
+            assert_int_equal(ids[1], want[1]);
+            assert_true(contract_sel_score(logits[b], bias[b]) == 1.5f);
+            discriminating += want[0] != (b_wins_once ? b : a);
+        }
+    assert_true(discriminating >= 4);
+}
+
 static void test_layer_route_arguments(void **state) {
     (void)state;
     route_fixture f;
@@ -287,6 +333,7 @@ int main(void) {
         cmocka_unit_test(test_extreme_logits_stay_finite),
         cmocka_unit_test(test_layer_route_scales_and_bias),
         cmocka_unit_test(test_layer_route_arguments),
+        cmocka_unit_test(test_one_ulp_ties_decided_by_bias),
     };
     return cmocka_run_group_tests_name("route", tests, NULL, NULL);
 }
