@@ -58,7 +58,9 @@ def mx_base_scale(n):
 
 DEFAULTS = dict(
     D=64, I=64, R=8, K=2, S=2, T=8, layer=3,
-    experts="mxfp4",            # "mxfp4" | "bf16"
+    experts="mxfp4",            # "mxfp4" | "bf16" | "nvfp4"
+    quant_file="config",        # NVFP4: "config" (quantization_config) | "hf" (hf_quant_config.json)
+    sidecars=False,             # MXFP4: also write .input_amax / .original_shape
     scales="flat",              # "flat" | "3d"
     use_gate_bias=True, use_global_scale=True,
     global_scale=0.6, global_scale_dtype="F32",
@@ -222,6 +224,66 @@ def hook_sinks_loud(c, lay, x, rng):
     lay["gate_w"][R:] *= 2.0
 
 
+def all_e4m3_bytes():
+    """Every float8_e4m3fn byte that is not NaN: +-0, subnormals, normals, +-448."""
+    return np.array([b for b in range(256) if (b & 0x7F) != 0x7F], dtype=np.uint8)
+
+
+def hook_every_e4m3_byte(c, lay, x, rng):
+    # every non-NaN scale byte in the w13 and w2 scales of every expert (rolled per expert);
+    # codes random, so each byte meets several codes
+    valid = all_e4m3_bytes()
+    for key in ("w13_scales", "w2_scales"):
+        sc = lay[key]
+        for e in range(sc.shape[0]):
+            flat = np.resize(np.roll(valid, 7 * e), sc[e].size)
+            sc[e] = flat.reshape(sc[e].shape)
+    # one scale2 per expert near 1/(448 * 6 * sqrt(n)) keeps g, u and y moderate
+    lay["w13_scale2"] = (lay["w13_scale2"] / 64.0).astype(np.float32)
+    lay["w2_scale2"] = (lay["w2_scale2"] / 64.0).astype(np.float32)
+
+
+def check_every_e4m3_byte(c, res):
+    for key in ("w13_scales", "w2_scales"):
+        seen = set(np.unique(res["design"][key]).tolist())
+        assert seen == set(all_e4m3_bytes().tolist()), "%s: not every E4M3 byte present" % key
+
+
+def hook_scale2_extremes(c, lay, x, rng):
+    # per expert (w13 scale2, w2 scale2): 2^40 with 2^-80 (h ~ 2^80), 2^-40 with 2^80
+    # (h ~ 2^-80), 0 (the expert's w13 is zero), the smallest normal fp32 2^-126, and
+    # an fp32 subnormal 2^-140; others stay typical
+    pairs = [(2.0 ** 40, 2.0 ** -80), (2.0 ** -40, 2.0 ** 80), (0.0, None), (2.0 ** -126, None),
+             (2.0 ** -140, None)]
+    for e, (a, b) in enumerate(pairs):
+        lay["w13_scale2"][e] = np.float32(lay["w13_scale2"][e] * a if a else 0.0)
+        if b is not None:
+            lay["w2_scale2"][e] = np.float32(lay["w2_scale2"][e] * b)
+
+
+def hook_nv_subnormal(c, lay, x, rng):
+    # w2 scales are E4M3 subnormals (2^-9..7 * 2^-9) and w2's scale2 2^-126, so the decoded
+    # w2 weights are fp32 subnormals; w13's scale2 2^60 makes h ~ 2^120 (within bf16) so that
+    # the output is O(1) next to sinks scaled to match: flushing them changes every row
+    lay["w2_scales"] = rng.integers(1, 8, size=lay["w2_scales"].shape).astype(np.uint8)
+    lay["w2_scale2"] = np.full_like(lay["w2_scale2"], 2.0 ** -126)
+    lay["w13_scale2"] = (lay["w13_scale2"] * 2.0 ** 60).astype(np.float32)
+    lay["sw2"] = lay["sw2"] * 2.0 ** -10
+
+
+def check_nv_subnormal(c, res):
+    lay = res["layer"]
+    w2 = lay.w2
+    sub = (w2 != 0) & (np.abs(w2) < 2.0 ** -126)
+    assert np.mean(sub[w2 != 0]) > 0.9, "too few subnormal w2 weights"
+    flushed = ink.Layer(lay.D, lay.I, lay.R, lay.K, lay.S, lay.route_scale, lay.gate_w, lay.bias,
+                        lay.global_scale, lay.w13, np.where(sub, 0.0, w2), lay.sw13, lay.sw2)
+    f = ink.forward(flushed, res["x"])["out_exact"].astype(np.float64)
+    o = res["out_exact"].astype(np.float64)
+    rel = np.max(np.abs(f - o), axis=1) / np.max(np.abs(o), axis=1)
+    assert np.all(rel > 0.05), "flushing subnormal weights is not visible: %r" % rel
+
+
 # ---------------------------------------------------------------------------
 # the case list
 
@@ -349,7 +411,54 @@ CASES += [
          layer=3, extra_layers=(2,), T=8, exclude_form="weights"),
 ]
 
+CASES += [
+    case("nvfp4_basic", 150,
+         "NVFP4 routed experts (ModelOpt): E2M1 codes, float8_e4m3fn .scale per 16 values [R, rows, n/16], "
+         "fp32 .scale2 per expert, .input_amax and .original_shape sidecars; quantization_config with "
+         "quant_algo NVFP4, group_size 16, exclude_modules.",
+         experts="nvfp4", scales="3d", T=12),
+    case("nvfp4_every_e4m3_byte", 151,
+         "Every float8_e4m3fn scale byte that is not NaN (+-0, the subnormals (m/8) 2^-6, the normals, "
+         "+-448) in w13 and w2 of every expert, negative scales included.",
+         experts="nvfp4", scales="3d", R=4, K=2, T=8, hook=hook_every_e4m3_byte,
+         features=("all_e4m3_bytes",)),
+    case("nvfp4_scale2_extremes", 152,
+         "scale2 extremes per expert: w13 2^40 with w2 2^-80 (h ~ 2^80), w13 2^-40 with w2 2^80, w13 0, "
+         "w13 2^-126 and the fp32 subnormal 2^-140, K = R so that every expert runs.",
+         experts="nvfp4", scales="3d", R=6, K=6, T=8, hook=hook_scale2_extremes,
+         features=("scale2_extremes",)),
+    case("nvfp4_subnormal_weights", 153,
+         "E4M3 subnormal w2 scales times scale2 2^-126: the decoded w2 weights are fp32 subnormals "
+         "(w13 scale2 2^60, h ~ 2^120); flushing them to zero changes every output row.",
+         experts="nvfp4", scales="3d", R=4, K=2, T=8, hook=hook_nv_subnormal,
+         features=("subnormal_weights",)),
+    case("nvfp4_flat_d48_i80", 154,
+         "NVFP4 at D=48, I=80 (multiples of 16, not of 32), flattened scales [R*rows, n/16], 17 tokens.",
+         experts="nvfp4", scales="flat", D=48, I=80, R=6, K=3, T=17),
+    case("nvfp4_tp2", 155, "NVFP4 under TP 2 (I_tp = 32: w2 bytes [r*16, ...), scale columns [r*2, ...)).",
+         experts="nvfp4", scales="3d", I=64, T=12, split=("tp", 2)),
+    case("nvfp4_tp4_itp16", 156,
+         "NVFP4 under TP 4 with I_tp = 16, one scale column per rank (a split MXFP4 cannot take).",
+         experts="nvfp4", scales="3d", I=64, T=8, split=("tp", 4)),
+    case("nvfp4_ep3_padding", 157,
+         "NVFP4 under EP 3 with R=10: padding experts 10, 11 (scale2 0); sinks TP-sliced in 3.",
+         experts="nvfp4", scales="3d", R=10, K=3, I=96, T=16, split=("ep", 3)),
+    case("nvfp4_tp2_pad64", 158, "NVFP4 under TP 2 with each rank's width padded to 64 (zero codes, zero scales).",
+         experts="nvfp4", scales="3d", I=64, T=8, split=("tp", 2), pad=64),
+    case("nvfp4_hf_quant_config_two_layers", 159,
+         "ModelOpt's second config form: hf_quant_config.json beside config.json (no quantization_config), "
+         "exclude_modules with globs excluding bf16 layer 2 (model.llm.layers.2.mlp.experts*) and the "
+         "shared experts; expected is NVFP4 layer 3 (--layer required).",
+         experts="nvfp4", scales="3d", layer=3, extra_layers=(2,), T=8, quant_file="hf"),
+    case("mxfp4_sidecars", 160,
+         "An MXFP4 layer carrying .input_amax and .original_shape sidecars next to its weights: loaded, "
+         "validated, unused.",
+         sidecars=True, T=8),
+]
+
 CHECKS = {
+    "nvfp4_every_e4m3_byte": check_every_e4m3_byte,
+    "nvfp4_subnormal_weights": check_nv_subnormal,
     "ties_at_k_boundary": check_ties,
     "logits_far_negative": check_far_negative,
     "subnormal_weights": check_subnormal,
@@ -371,6 +480,14 @@ def draw_layer(c, rng, experts):
         lay["w13_scales"] = (b13 + rng.integers(-1, 2, size=(R, 2 * I, D // 32))).astype(np.uint8)
         lay["w2_codes"] = rng.integers(0, 16, size=(R, D, I), dtype=np.uint8)
         lay["w2_scales"] = (b2 + rng.integers(-1, 2, size=(R, D, I // 32))).astype(np.uint8)
+    elif experts == "nvfp4":
+        lay["w13_codes"] = rng.integers(0, 16, size=(R, 2 * I, D), dtype=np.uint8)
+        lay["w13_scales"] = rng.integers(0x30, 0x41, size=(R, 2 * I, D // 16)).astype(np.uint8)
+        lay["w2_codes"] = rng.integers(0, 16, size=(R, D, I), dtype=np.uint8)
+        lay["w2_scales"] = rng.integers(0x30, 0x41, size=(R, D, I // 16)).astype(np.uint8)
+        # scale bytes 0x30..0x40 are 0.5..2: scale2 brings the weights to about 1/sqrt(n)
+        lay["w13_scale2"] = ((0.75 + 0.5 * rng.random(R)) / (2.93 * np.sqrt(D))).astype(np.float32)
+        lay["w2_scale2"] = ((0.75 + 0.5 * rng.random(R)) / (2.93 * np.sqrt(I))).astype(np.float32)
     else:
         lay["w13"] = rng.standard_normal((R, 2 * I, D)) / np.sqrt(D)
         lay["w2"] = rng.standard_normal((R, D, I)) / np.sqrt(I)
@@ -397,12 +514,32 @@ def layer_tensors(c, lay, L):
             s2 = s2.reshape(R * D, I // 32)
         t[p + "experts.w13_weight_scale"] = np.ascontiguousarray(s13)
         t[p + "experts.w2_weight_scale"] = np.ascontiguousarray(s2)
+        if c["sidecars"]:
+            add_sidecars(t, p, R, I, D)
+    elif lay["experts"] == "nvfp4":
+        for name, rows, cols in (("w13", 2 * I, D), ("w2", D, I)):
+            w = p + "experts.%s_weight" % name
+            t[w] = ink.mxfp4_pack(lay[name + "_codes"])
+            sc = lay[name + "_scales"]
+            if c["scales"] == "flat":
+                sc = sc.reshape(R * rows, cols // 16)
+            t[w + ".scale"] = np.ascontiguousarray(sc).view(ink.E4M3)
+            t[w + ".scale2"] = np.asarray(lay[name + "_scale2"], dtype=np.float32)
+        add_sidecars(t, p, R, I, D)
     else:
         t[p + "experts.w13_weight"] = bf16(lay["w13"])
         t[p + "experts.w2_weight"] = bf16(lay["w2"])
     t[p + "shared_experts.shared_w13_weight"] = bf16(lay["sw13"])
     t[p + "shared_experts.shared_w2_weight"] = bf16(lay["sw2"])
     return t
+
+
+def add_sidecars(t, p, R, I, D):
+    """.input_amax (w13 fp32, w2 bf16) and .original_shape (w13 int64, w2 int32)."""
+    t[p + "experts.w13_weight.input_amax"] = np.array([5.25], dtype=np.float32)
+    t[p + "experts.w2_weight.input_amax"] = bf16(np.array([3.5]))
+    t[p + "experts.w13_weight.original_shape"] = np.array([R, 2 * I, D], dtype=np.int64)
+    t[p + "experts.w2_weight.original_shape"] = np.array([R, D, I], dtype=np.int32)
 
 
 def design_layer(c, lay):
@@ -414,6 +551,9 @@ def design_layer(c, lay):
     if lay["experts"] == "mxfp4":
         w13 = ink.mxfp4_decode(ink.mxfp4_pack(lay["w13_codes"]), lay["w13_scales"])
         w2 = ink.mxfp4_decode(ink.mxfp4_pack(lay["w2_codes"]), lay["w2_scales"])
+    elif lay["experts"] == "nvfp4":
+        w13 = ink.nvfp4_decode(ink.mxfp4_pack(lay["w13_codes"]), lay["w13_scales"], lay["w13_scale2"])
+        w2 = ink.nvfp4_decode(ink.mxfp4_pack(lay["w2_codes"]), lay["w2_scales"], lay["w2_scale2"])
     else:
         w13 = bf16(lay["w13"]).astype(np.float64)
         w2 = bf16(lay["w2"]).astype(np.float64)
@@ -456,7 +596,13 @@ def make_config(c, bf16_layers):
                 if name not in excl:
                     excl.append(name)
         excl += list(c["extra_exclude"])
-        if form == "modelopt":
+        if c["experts"] == "nvfp4":
+            excl = ["lm_head"] + ["model.llm.layers.%d.mlp.experts*" % L for L in bf16_layers]
+            excl += ["model.llm.layers.*.mlp.shared_experts*"] + list(c["extra_exclude"])
+            q = {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": excl}
+            if c["quant_file"] == "config":
+                cfg["quantization_config"] = dict(q, quant_method="modelopt")
+        elif form == "modelopt":
             cfg["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4",
                                           "exclude_modules": excl}
         else:
@@ -471,8 +617,12 @@ def features_of(c):
     f = set(c["features"])
     if c["quant_config"] and c["exclude_form"] != "module":
         f.add("exclude_" + c["exclude_form"])
-    f.add(c["experts"] if c["experts"] == "mxfp4" else "bf16_experts")
-    if c["experts"] == "mxfp4":
+    f.add(c["experts"] if c["experts"] != "bf16" else "bf16_experts")
+    if c["sidecars"] or c["experts"] == "nvfp4":
+        f.add("sidecars")
+    if c["quant_file"] == "hf" and c["experts"] == "nvfp4":
+        f.add("hf_quant_config")
+    if c["experts"] != "bf16":
         f.add("scales_flat" if c["scales"] == "flat" else "scales_3d")
     if c["use_gate_bias"]:
         f.add("gate_bias")
@@ -513,7 +663,7 @@ def build_case(c, root):
     lay = draw_layer(c, rng, c["experts"])
     extra = {}
     for L2 in c["extra_layers"]:
-        extra[L2] = draw_layer(c, rng, "bf16" if L2 == 2 else "mxfp4")
+        extra[L2] = draw_layer(c, rng, "bf16" if L2 == 2 else c["experts"])
     x = rng.standard_normal((c["T"], c["D"]))
     if c["hook"] is not None:
         c["hook"](c, lay, x, rng)
@@ -529,6 +679,12 @@ def build_case(c, root):
     mdir = os.path.join(cdir, "model")
     os.makedirs(mdir, exist_ok=True)
     write_bytes(os.path.join(mdir, "config.json"), json_bytes(make_config(c, bf16_layers)))
+    if c["experts"] == "nvfp4" and c["quant_file"] == "hf":
+        excl = ["lm_head"] + ["model.llm.layers.%d.mlp.experts*" % L2 for L2 in bf16_layers]
+        excl += ["model.llm.layers.*.mlp.shared_experts*"]
+        hq = {"producer": {"name": "modelopt", "version": "0.29.0"},
+              "quantization": {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": excl}}
+        write_bytes(os.path.join(mdir, "hf_quant_config.json"), json_bytes(hq))
     meta = {"format": "pt"}
     if c["sharded"]:
         p = "model.llm.layers.%d." % L
@@ -567,6 +723,7 @@ def build_case(c, root):
     res["layer"] = layer
     res["x"] = xr["x"]
     sanity(c, layer, xb, res)
+    res["design"] = lay
     if c["name"] in CHECKS:
         CHECKS[c["name"]](c, res)
 

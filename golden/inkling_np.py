@@ -33,6 +33,7 @@ Non-finite input rows: logits, weights and output are NaN; topk_ids are
 0..K-1 (the project's choice of "valid but unspecified" indices).
 """
 
+import fnmatch
 import json
 import math
 import os
@@ -51,6 +52,8 @@ E2M1_VALUES = np.array(
      -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float64)
 
 MX_BLOCK = 32
+NV_BLOCK = 16
+E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 
 
 class SpecError(ValueError):
@@ -166,6 +169,40 @@ def mxfp4_decode(packed, scales, name="tensor"):
     if not np.all(np.isfinite(w.astype(np.float32))):
         idx = tuple(int(i) for i in np.argwhere(~np.isfinite(w.astype(np.float32)))[0])
         raise SpecError("%s: weight not finite in fp32 at %r" % (name, idx))
+    return w
+
+
+# ---------------------------------------------------------------------------
+# NVFP4 (ModelOpt): E2M1 codes packed as MXFP4, one float8_e4m3fn scale per 16
+# elements, one fp32 scale2 per expert. W = E2M1(code) * e4m3(scale) * scale2,
+# exact in float64 (2 + 4 + 24 significant bits).
+
+def nvfp4_decode(packed, scales, scale2, name="tensor"):
+    """packed u8 [R, rows, C/2], scales float8_e4m3fn [R, rows, C/16] (or the
+    same bytes as u8), scale2 fp32 [R] -> float64 [R, rows, C]. Rejects NaN
+    scales and scale2 values that are negative or not finite."""
+    codes = mxfp4_unpack(packed)
+    cols = codes.shape[-1]
+    if cols % NV_BLOCK:
+        raise SpecError("%s: reduction length %d not a multiple of 16" % (name, cols))
+    scales = np.asarray(scales)
+    if scales.dtype != E4M3:
+        scales = np.asarray(scales, dtype=np.uint8).view(E4M3)
+    if scales.shape != codes.shape[:-1] + (cols // NV_BLOCK,):
+        raise SpecError("%s.scale: shape %r does not match %r" % (name, scales.shape, codes.shape))
+    sv = scales.astype(np.float64)
+    if np.any(np.isnan(sv)):
+        idx = tuple(int(i) for i in np.argwhere(np.isnan(sv))[0])
+        raise SpecError("%s.scale: NaN E4M3 byte at %r" % (name, idx))
+    s2 = np.asarray(scale2, dtype=np.float32).astype(np.float64)
+    if s2.shape != (codes.shape[0],):
+        raise SpecError("%s.scale2: shape %r, expected [%d]" % (name, s2.shape, codes.shape[0]))
+    bad = ~np.isfinite(s2) | (s2 < 0)
+    if np.any(bad):
+        raise SpecError("%s.scale2: value %r at expert %d" % (name, s2[bad][0], int(np.argwhere(bad)[0][0])))
+    w = E2M1_VALUES[codes] * np.repeat(sv, NV_BLOCK, axis=-1) * s2[:, None, None]
+    if not np.all(np.isfinite(w.astype(np.float32))):
+        raise SpecError("%s.scale2: a weight is not finite in fp32" % name)
     return w
 
 
@@ -443,7 +480,42 @@ def read_text_config(model_dir):
         "use_global_scale": bool(text.get("use_global_scale", False)),
         "quantization_config": cfg.get("quantization_config"),
     }
+    hf = os.path.join(model_dir, "hf_quant_config.json")
+    if os.path.exists(hf):
+        with open(hf, "r", encoding="utf-8") as f:
+            q = json.load(f)["quantization"]
+        qc = dict(out["quantization_config"] or {})
+        if "quant_algo" in q and qc.get("quant_algo", q["quant_algo"]) != q["quant_algo"]:
+            raise SpecError("hf_quant_config.json: quant_algo disagrees with config.json")
+        qc["quant_algo"] = q.get("quant_algo", qc.get("quant_algo"))
+        qc["exclude_modules"] = list(qc.get("exclude_modules") or []) + list(q.get("exclude_modules") or [])
+        out["quantization_config"] = qc
     return out
+
+
+def _module_excluded(listed, module):
+    """An entry equal to the module, a glob matching it, or a parent module."""
+    for e in listed:
+        if e == module or fnmatch.fnmatchcase(module, e) or module.startswith(e + "."):
+            return True
+    return False
+
+
+def _check_sidecars(tensors, name, unpacked, required):
+    amax = tensors.get(name + ".input_amax")
+    if amax is None:
+        if required:
+            raise SpecError("missing tensor %s.input_amax" % name)
+    else:
+        v = float(np.asarray(amax).astype(np.float32).reshape(-1)[0])
+        if amax.size != 1 or not (math.isfinite(v) and v > 0):
+            raise SpecError("%s.input_amax: %r" % (name, v))
+    shape = tensors.get(name + ".original_shape")
+    if shape is None:
+        if required:
+            raise SpecError("missing tensor %s.original_shape" % name)
+    elif [int(v) for v in shape.reshape(-1)] != list(unpacked):
+        raise SpecError("%s.original_shape: %r, expected %r" % (name, shape.tolist(), list(unpacked)))
 
 
 def read_checkpoint_tensors(model_dir):
@@ -495,18 +567,29 @@ def load_layer(model_dir, layer_idx):
     w13 = tensors[p + "experts.w13_weight"]
     w2 = tensors[p + "experts.w2_weight"]
     mx = w13.dtype == np.uint8
+    nv = mx and (p + "experts.w13_weight.scale") in tensors
+    fmt = "NVFP4" if nv else "MXFP4" if mx else "bf16"
     qc = cfg["quantization_config"]
     if qc is not None:
         # Quark's exclude and ModelOpt's exclude_modules; the module, or both weight names exactly
-        listed = set(qc.get("exclude") or []) | set(qc.get("exclude_modules") or [])
+        listed = list(qc.get("exclude") or []) + list(qc.get("exclude_modules") or [])
         names = {p + "experts.w13_weight", p + "experts.w2_weight"}
-        if len(names & listed) == 1:
+        if len(names & set(listed)) == 1:
             raise SpecError("quantization_config: only one of %s listed" % " and ".join(sorted(names)))
-        excluded = (p + "experts") in listed or names <= listed
-        if excluded == mx:
-            raise SpecError("quantization_config: %sexperts listed as %s but stored as %s"
-                            % (p, "bf16" if excluded else "MXFP4", "MXFP4" if mx else "bf16"))
-    if mx:
+        excluded = _module_excluded(listed, p + "experts") or names <= set(listed)
+        want = "bf16" if excluded else ("NVFP4" if qc.get("quant_algo") == "NVFP4" else "MXFP4")
+        if fmt != want:
+            raise SpecError("quantization_config: %sexperts expected %s but stored as %s" % (p, want, fmt))
+    if nv:
+        for name, rows, cols in (("w13_weight", 2 * I, D), ("w2_weight", D, I)):
+            _check_sidecars(tensors, p + "experts." + name, (R, rows, cols), True)
+        s13 = tensors[p + "experts.w13_weight.scale"].reshape(R, 2 * I, D // NV_BLOCK)
+        s2 = tensors[p + "experts.w2_weight.scale"].reshape(R, D, I // NV_BLOCK)
+        w13d = nvfp4_decode(w13, s13, tensors[p + "experts.w13_weight.scale2"], p + "experts.w13_weight")
+        w2d = nvfp4_decode(w2, s2, tensors[p + "experts.w2_weight.scale2"], p + "experts.w2_weight")
+    elif mx:
+        for name, rows, cols in (("w13_weight", 2 * I, D), ("w2_weight", D, I)):
+            _check_sidecars(tensors, p + "experts." + name, (R, rows, cols), False)
         s13 = tensors[p + "experts.w13_weight_scale"].reshape(R, 2 * I, D // MX_BLOCK)
         s2 = tensors[p + "experts.w2_weight_scale"].reshape(R, D, I // MX_BLOCK)
         w13d = mxfp4_decode(w13, s13, p + "experts.w13_weight")

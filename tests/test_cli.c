@@ -297,6 +297,51 @@ static void test_usage_errors(void **state) {
     assert_int_not_equal(access(out_path, F_OK), 0);
 }
 
+/* An NVFP4 model directory (cfg's shapes) with one planted value fault; returns its path. */
+static const char *nvfp4_model_with(const fixture_opts *o, int fault) {
+    static char model[700];
+    static int serial;
+    snprintf(model, sizeof model, "%s/nvfp4_%d", dir, serial++);
+    moe_config c = cfg;
+    c.routed_format = MOE_ROUTED_NVFP4;
+    moe_layer_data ld;
+    moe_error err = {0};
+    assert_int_equal(moe_layer_data_random(&c, 9, &ld, &err), MOE_OK);
+    if (fault == 1) ld.w13_scale[(size_t)(1 * 2 * c.I + 6) * (c.D / 16) + 2] = 0x7F; /* NaN */
+    if (fault == 2) ld.w2_scale2[3] = -0.5f;
+    if (fault == 3) ld.w13_scale2[0] = INFINITY;
+    assert_int_equal(fixture_write_model(model, &ld, o), 0);
+    moe_layer_data_free(&ld);
+    return model;
+}
+
+/* Every bad NVFP4 input: exit status non-zero, one stderr line naming the tensor, no output. */
+static void test_broken_nvfp4(void **state) {
+    (void)state;
+    need_tool();
+    const fixture_opts plain = {.layer = 3};
+    expect_failure(nvfp4_model_with(&plain, 1), "experts.w13_weight.scale: NaN E4M3 byte 0x7F", NULL);
+    expect_failure(nvfp4_model_with(&plain, 2), "experts.w2_weight.scale2", NULL);
+    expect_failure(nvfp4_model_with(&plain, 3), "experts.w13_weight.scale2", NULL);
+    expect_failure(nvfp4_model_with(&(fixture_opts){.layer = 3, .bad_shape = "experts.w2_weight.scale"}, 0),
+                   "model.llm.layers.3.mlp.experts.w2_weight.scale", NULL);
+    const char *sidecars[3] = {"experts.w13_weight.input_amax", "experts.w2_weight.original_shape",
+                               "experts.w2_weight.scale2"};
+    for (int i = 0; i < 3; i++) {
+        char full[160];
+        snprintf(full, sizeof full, "missing tensor model.llm.layers.3.mlp.%s", sidecars[i]);
+        expect_failure(nvfp4_model_with(&(fixture_opts){.layer = 3, .omit = sidecars[i]}, 0), full, NULL);
+    }
+    expect_failure(nvfp4_model_with(&(fixture_opts){.layer = 3, .amax13 = -1.0f}, 0),
+                   "model.llm.layers.3.mlp.experts.w13_weight.input_amax", NULL);
+    expect_failure(nvfp4_model_with(&(fixture_opts){.layer = 3, .amax13 = NAN}, 0),
+                   "model.llm.layers.3.mlp.experts.w13_weight.input_amax", NULL);
+    /* --strict: an unknown tensor under the layer is an error naming it */
+    const char *strict[] = {"--strict", NULL};
+    expect_failure(nvfp4_model_with(&(fixture_opts){.layer = 3, .extra = "experts.w13_weight.weird"}, 0),
+                   "model.llm.layers.3.mlp.experts.w13_weight.weird", strict);
+}
+
 static void test_broken_files(void **state) {
     (void)state;
     need_tool();
@@ -353,6 +398,7 @@ int main(void) {
         cmocka_unit_test(test_diff),
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_broken_files),
+        cmocka_unit_test(test_broken_nvfp4),
     };
     return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }
