@@ -11,7 +11,8 @@
  *   - history_fault fails a case only after a larger one on the same instance: the harness
  *     judges that failure INTERMITTENT (fresh reruns pass), saves the sequence, and its replay
  *     fails every time; shrinking drops the unrelated earlier cases and keeps the two that
- *     matter; the stress (history) check catches it, and passes on two fresh instances;
+ *     matter; the stress (history) check catches it, names the live instance as the wrong one,
+ *     and passes on two fresh instances;
  *   - odd_T_fault is judged DETERMINISTIC and leaves no sequence;
  *   - the sequence file round-trips; a bad header or case line fails naming the line;
  *   - the stress plan over ref and blas passes its history check (determinism across history);
@@ -232,6 +233,7 @@ static void test_history_check_catches_it(void **state) {
     assert_int_equal(res.r[fi].rep.first_stage, MOE_CMP_OUTPUT);
     assert_int_equal(res.r[fi].rep.token, 0);
     assert_int_equal(res.r[fi].rep.element, 0);
+    assert_msg_has(res.r[fi].rep, "the live instance was wrong");
     /* two fresh instances agree: the check without a pool passes */
     tg.pool = NULL;
     assert_int_equal(fuzz_stress_case(&small, &tg, &res, &err), MOE_OK);
