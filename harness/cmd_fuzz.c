@@ -600,6 +600,8 @@ static int run_fuzz(const fuzz_args *a) {
     if (write_reports(a, &tt, suites, ns)) return 2;
     printf("reports: %s/fuzz.json, %s/fuzz-junit.xml\n", a->report_dir, a->report_dir);
     printf("%ld passed, %ld failed, %ld skipped\n", P, F, S);
+    fuzz_tally_free(&tt.tally);
+    fuzz_sequence_free(&history);
     return F || tt.total_failures ? 1 : 0;
 }
 
