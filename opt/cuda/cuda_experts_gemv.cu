@@ -6,14 +6,11 @@
  * Rules:
  *   - a block takes one tile of at most MOE_CUDA_GEMV_M grouped assignment rows of one local
  *     expert (the tile table is built for that size) and GEMV_ROWS_PER_BLOCK weight rows; each
- *     warp owns GEMV_PAIRS pairs of adjacent weight rows, one pair after the other: in GEMM1 a
- *     pair is the gate and up rows of one intermediate channel (w13 is interleaved), so SwiGLU
- *     is done in registers; in GEMM2 two output columns;
+ *     warp owns two adjacent weight rows: in GEMM1 the gate and up rows of one intermediate
+ *     channel (w13 is interleaved), so SwiGLU is done in registers; in GEMM2 two output columns;
  *   - weights stream from memory once per tile, 16 bytes (32 E2M1 codes, one E8M0 scale) per
- *     lane and row, GEMV_UNROLL such chunks a step; the next step's loads are issued before the
- *     current step is multiplied (a register double buffer), so bytes stay in flight while the
- *     warp computes; activations are read through the read-only cache (every warp of the block
- *     reads the same rows);
+ *     lane and row, GEMV_UNROLL such loads in flight before any is used; activations are read
+ *     through the read-only cache (every warp of the block reads the same rows);
  *   - each weight is decoded to fp32 (an E2M1 value times a power of two: exact) and multiplied
  *     with a bf16 activation, so every product is exact and the sum is an fp32 accumulation,
  *     as on the tensor cores; each lane sums its 32-value chunks in k order and the warp adds
@@ -21,22 +18,20 @@
  *     the tile it shares or on the launch;
  *   - GEMM1's epilogue is cuda_experts.cu's: g, u rounded to bf16, silu(g) * u in double,
  *     h rounded once through fp32 to bf16.
+ *
+ * Measured (docs/perf-cuda.md): 780-850 GB/s at T = 1, about 1 TB/s at T = 8, well under the
+ * copy ceiling. A version with a register double buffer over several row pairs per warp was
+ * no faster (same figures at T = 1, slower at T = 8 and 64) and was dropped.
  */
 #include "cuda_internal.h"
 
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-#define GEMV_THREADS 128
-#define GEMV_MIN_BLOCKS 3 /* resident blocks per multiprocessor the registers must allow */
+#define GEMV_THREADS 256
 #define GEMV_WARPS (GEMV_THREADS / 32)
-#ifndef GEMV_PAIRS         /* (the kernel lab builds other values with NVFLAGS=-DGEMV_PAIRS=N) */
-#define GEMV_PAIRS 8      /* row pairs per warp, one after the other */
-#endif
-#define GEMV_ROWS_PER_BLOCK (GEMV_WARPS * GEMV_PAIRS * 2)
-#define GEMV_UNROLL 4     /* 16-byte chunks per lane and row in one pipeline step */
-#define GEMV_WARP_VALUES (32 * 32)                     /* values a warp covers per chunk */
-#define GEMV_STEP_VALUES (GEMV_UNROLL * GEMV_WARP_VALUES) /* values of a row per step */
+#define GEMV_ROWS_PER_BLOCK (GEMV_WARPS * 2)
+#define GEMV_UNROLL 4 /* 16-byte chunks per lane and row loaded before the first is used */
 #define GEMV_M MOE_CUDA_GEMV_M
 
 namespace {
@@ -85,9 +80,8 @@ __device__ __forceinline__ float round_bf16(float v) {
 /* 32 values of two weight rows (codes c0, c1 with scales s0, s1) against the rows' tokens:
  * acc[r][m] += w_r[k] * a_m[k] for k in this chunk, in k order. */
 __device__ __forceinline__ void chunk_dot(const uint4 &c0, const uint4 &c1, float s0, float s1,
-                                          const float *lut, const uint16_t *a_src,
-                                          const uint32_t *a_off, int rows, int col,
-                                          float (*acc)[GEMV_M]) {
+                                          const float *lut, const uint16_t *const *a_rows,
+                                          int rows, int col, float (*acc)[GEMV_M]) {
 #pragma unroll
     for (int j = 0; j < 4; j++) { /* word j: values 8j .. 8j+7, low nibble first */
         const uint32_t w0 = word_of(c0, j), w1 = word_of(c1, j);
@@ -101,7 +95,7 @@ __device__ __forceinline__ void chunk_dot(const uint4 &c0, const uint4 &c1, floa
         for (int m = 0; m < GEMV_M; m++) {
             if (m >= rows) break;
             float a[8];
-            unpack8(__ldg(reinterpret_cast<const uint4 *>(a_src + a_off[m] + col + 8 * j)), a);
+            unpack8(__ldg(reinterpret_cast<const uint4 *>(a_rows[m] + col + 8 * j)), a);
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 acc[0][m] = fmaf(v0[i], a[i], acc[0][m]);
@@ -111,32 +105,8 @@ __device__ __forceinline__ void chunk_dot(const uint4 &c0, const uint4 &c1, floa
     }
 }
 
-/* One pipeline step's weights: GEMV_UNROLL 16-byte code chunks and their scale bytes for each
- * of the warp's two rows. */
-struct step_regs {
-    uint4 c0[GEMV_UNROLL], c1[GEMV_UNROLL];
-    uint32_t s0[GEMV_UNROLL], s1[GEMV_UNROLL];
-};
-
-/* Issues the loads of one step: row pair starting at codes0 (row bytes apart), values from
- * base on; chunks past Kdim are not loaded. */
-__device__ __forceinline__ void load_step(const uint8_t *codes0, const uint8_t *scales0,
-                                          size_t row_bytes, size_t row_scales, int Kdim, int base,
-                                          int lane, step_regs &r) {
-#pragma unroll
-    for (int u = 0; u < GEMV_UNROLL; u++) {
-        const int col = base + u * GEMV_WARP_VALUES + lane * 32;
-        if (col < Kdim) {
-            r.c0[u] = __ldcs(reinterpret_cast<const uint4 *>(codes0 + col / 2));
-            r.c1[u] = __ldcs(reinterpret_cast<const uint4 *>(codes0 + row_bytes + col / 2));
-            r.s0[u] = scales0[col / 32];
-            r.s1[u] = scales0[row_scales + col / 32];
-        }
-    }
-}
-
 template <int STAGE>
-__global__ void __launch_bounds__(GEMV_THREADS, GEMV_MIN_BLOCKS) expert_gemv_kernel(gemv_args p) {
+__global__ void __launch_bounds__(GEMV_THREADS) expert_gemv_kernel(gemv_args p) {
     __shared__ float lut[16];
     __shared__ int row_src[GEMV_M];
     if ((int)blockIdx.x >= *p.n_tiles) return;
@@ -153,66 +123,59 @@ __global__ void __launch_bounds__(GEMV_THREADS, GEMV_MIN_BLOCKS) expert_gemv_ker
     __syncthreads();
 
     const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32;
-    const int n_first = ((int)blockIdx.y * GEMV_WARPS + warp) * GEMV_PAIRS * 2;
-    if (n_first >= p.N) return;
-    const int pairs = min(GEMV_PAIRS, (p.N - n_first) / 2); /* N is even */
+    const int n = ((int)blockIdx.y * GEMV_WARPS + warp) * 2; /* rows n, n + 1; N is even */
+    if (n >= p.N) return;
     const size_t row_bytes = (size_t)p.Kdim / 2, row_scales = (size_t)p.Kdim / 32;
-    const size_t w_row = (size_t)tile.expert * p.N + n_first;
-    const uint8_t *codes = p.w_mx + w_row * row_bytes, *scales = p.w_scale + w_row * row_scales;
-    uint32_t a_off[GEMV_M]; /* element offsets of the tile's activation rows (< 2^32: T*K*D) */
+    const size_t w_row = (size_t)tile.expert * p.N + n;
+    const uint8_t *codes0 = p.w_mx + w_row * row_bytes, *codes1 = codes0 + row_bytes;
+    const uint8_t *scales0 = p.w_scale + w_row * row_scales, *scales1 = scales0 + row_scales;
+    const uint16_t *a_rows[GEMV_M];
 #pragma unroll
     for (int m = 0; m < GEMV_M; m++)
-        a_off[m] = m < rows ? (uint32_t)(row_src[m] / p.a_row_div) * (uint32_t)p.Kdim : 0u;
+        a_rows[m] = m < rows ? p.a_src + (size_t)(row_src[m] / p.a_row_div) * p.Kdim : p.a_src;
 
-    /* Steps walk (row pair, base) in order; step s + 1's loads are issued before step s is
-     * multiplied, so each warp keeps one step of weight bytes in flight while it computes. */
-    const int per_pair = (p.Kdim + GEMV_STEP_VALUES - 1) / GEMV_STEP_VALUES;
-    const int steps = pairs * per_pair;
-    step_regs next, cur;
-    load_step(codes, scales, row_bytes, row_scales, p.Kdim, 0, lane, next);
     float acc[2][GEMV_M];
 #pragma unroll
     for (int m = 0; m < GEMV_M; m++) acc[0][m] = acc[1][m] = 0.0f;
-    for (int s = 0; s < steps; s++) {
-        const int pair = s / per_pair, base = (s % per_pair) * GEMV_STEP_VALUES;
-        cur = next;
-        if (s + 1 < steps) {
-            const int np = (s + 1) / per_pair, nb = ((s + 1) % per_pair) * GEMV_STEP_VALUES;
-            load_step(codes + (size_t)np * 2 * row_bytes, scales + (size_t)np * 2 * row_scales,
-                      row_bytes, row_scales, p.Kdim, nb, lane, next);
+    const int step = 32 * 32; /* values a warp covers per chunk */
+    for (int base = 0; base < p.Kdim; base += step * GEMV_UNROLL) {
+        uint4 c0[GEMV_UNROLL], c1[GEMV_UNROLL];
+        uint32_t s0[GEMV_UNROLL], s1[GEMV_UNROLL];
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) { /* all loads first: bytes in flight */
+            const int col = base + u * step + lane * 32;
+            if (col < p.Kdim) {
+                c0[u] = __ldcs(reinterpret_cast<const uint4 *>(codes0 + col / 2));
+                c1[u] = __ldcs(reinterpret_cast<const uint4 *>(codes1 + col / 2));
+                s0[u] = scales0[col / 32];
+                s1[u] = scales1[col / 32];
+            }
         }
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++) {
-            const int col = base + u * GEMV_WARP_VALUES + lane * 32;
+            const int col = base + u * step + lane * 32;
             if (col < p.Kdim)
-                chunk_dot(cur.c0[u], cur.c1[u], scale_value(cur.s0[u]), scale_value(cur.s1[u]),
-                          lut, p.a_src, a_off, rows, col, acc);
+                chunk_dot(c0[u], c1[u], scale_value(s0[u]), scale_value(s1[u]), lut, a_rows, rows,
+                          col, acc);
         }
-        if (s % per_pair != per_pair - 1) continue;
-        /* the pair's sums: a fixed butterfly over the lanes, then lane m writes token row m */
+    }
 #pragma unroll
-        for (int off = 16; off > 0; off /= 2)
-#pragma unroll
-            for (int m = 0; m < GEMV_M; m++) {
-                acc[0][m] += __shfl_xor_sync(0xFFFFFFFFu, acc[0][m], off);
-                acc[1][m] += __shfl_xor_sync(0xFFFFFFFFu, acc[1][m], off);
-            }
-        const int n = n_first + 2 * pair;
+    for (int off = 16; off > 0; off /= 2)
 #pragma unroll
         for (int m = 0; m < GEMV_M; m++) {
-            if (m == lane && m < rows) {
-                const int a = row_src[m];
-                if (STAGE == 1) { /* row n is g_j, n + 1 is u_j: h_j = bf16(silu(bf16 g) * bf16 u) */
-                    const double g = (double)round_bf16(acc[0][m]);
-                    const double u = (double)round_bf16(acc[1][m]);
-                    p.h_out[(size_t)a * (p.N / 2) + n / 2] =
-                        bf16_bits((float)(g / (1.0 + exp(-g)) * u));
-                } else {
-                    p.y_out[(size_t)a * p.N + n] = acc[0][m];
-                    p.y_out[(size_t)a * p.N + n + 1] = acc[1][m];
-                }
-            }
-            acc[0][m] = acc[1][m] = 0.0f;
+            acc[0][m] += __shfl_xor_sync(0xFFFFFFFFu, acc[0][m], off);
+            acc[1][m] += __shfl_xor_sync(0xFFFFFFFFu, acc[1][m], off);
+        }
+#pragma unroll
+    for (int m = 0; m < GEMV_M; m++) {
+        if (m != lane || m >= rows) continue; /* lane m writes token row m */
+        const int a = row_src[m];
+        if (STAGE == 1) { /* row n is g_j, n + 1 is u_j: h_j = bf16(silu(bf16(g)) * bf16(u)) */
+            const double g = (double)round_bf16(acc[0][m]), u = (double)round_bf16(acc[1][m]);
+            p.h_out[(size_t)a * (p.N / 2) + n / 2] = bf16_bits((float)(g / (1.0 + exp(-g)) * u));
+        } else {
+            p.y_out[(size_t)a * p.N + n] = acc[0][m];
+            p.y_out[(size_t)a * p.N + n + 1] = acc[1][m];
         }
     }
 }
@@ -228,9 +191,6 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
     if (grid.y > 65535u)
         return moe_fail(err, MOE_ERR_UNSUPPORTED, "cuda: expert GEMV%d output width %d too large",
                         STAGE, p.N);
-    if ((double)T * K * p.Kdim >= 4294967296.0) /* activation offsets are 32-bit */
-        return moe_fail(err, MOE_ERR_UNSUPPORTED, "cuda: expert GEMV%d: T %d too large for the "
-                        "GEMV kernels (use cuda or cuda-wmma)", STAGE, T);
     expert_gemv_kernel<STAGE><<<grid, GEMV_THREADS, 0, stream>>>(p);
     LAUNCH_CHECK(STAGE == 1 ? "expert_gemv_kernel<gemm1>" : "expert_gemv_kernel<gemm2>");
     return MOE_OK;
