@@ -168,7 +168,8 @@ moe_status fuzz_stress_plan_init(fuzz_stress_plan *p, const fuzz_suite *suites, 
 
 /* A new layer: the next draw of a suite, all its tokens checked. */
 static void new_layer(fuzz_stress_plan *p, moe_rng *rng, int slot) {
-    int si = moe_rng_int(rng, 0, p->n_suites - 1);
+    /* three layers in four from the first suite (smoke: cheap), the rest from the others */
+    int si = p->n_suites == 1 || moe_rng_uniform(rng) < 0.75 ? 0 : moe_rng_int(rng, 1, p->n_suites - 1);
     fuzz_case c = fuzz_suite_case(&p->suites[si], p->seed, p->draws[si]++);
     c.sample = 0;
     p->layer[slot] = c;

@@ -9,8 +9,8 @@
  *     fresh instance; the output and every stage the path filled must be equal bit for bit.
  *     With no pool both runs are fresh: do two fresh instances agree?
  *   - a path that cannot run the case is SKIPPED with its reason; one that errors FAILS;
- *   - the stress plan keeps FUZZ_STRESS_LAYERS layers (suite draws, so R, K, S, formats and
- *     splits differ between them) and sends each step to one of them with a new input and a T
+ *   - the stress plan keeps FUZZ_STRESS_LAYERS layers (suite draws, three in four from the
+ *     first suite, so R, K, S, formats and splits differ between them) and sends each step to one of them with a new input and a T
  *     that goes up and down (0 and 1, the suite's small range, above it, up to
  *     FUZZ_STRESS_T_MAX), or repeats one of the last FUZZ_STRESS_RECENT cases; now and then a
  *     layer is replaced by a new draw. Deterministic in (suites, seed, step).
