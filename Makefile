@@ -10,6 +10,9 @@
 #   make golden          regenerate golden/cases with the NumPy generator (golden-check: compare)
 #   make bench-cpu       reference vs OpenBLAS path on Inkling-Small (BENCH_ARGS; minutes)
 #   make cuda-check      build the CUDA path's real-shape check and timer (run it on a GPU host)
+#   make examples        the example plugins (examples/; docs/external-paths.md)
+#   make fuzz-external   fuzz the example plugin (EXTERNAL_SECONDS); the planted-bug one must fail
+#   make install         the tool, library, headers and inkling-moe.pc under PREFIX (/usr/local)
 #   make help            every target
 #
 # Out-of-source: everything lands under $(BUILD). Libraries are detected with pkg-config and
@@ -38,7 +41,7 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 $(WARN) -D_POSIX_C_SOURCE=200809L -fopenmp $(SANITIZE)
 CPPFLAGS += -I. -MMD -MP
-LDLIBS   += -lm -fopenmp
+LDLIBS   += -lm -fopenmp -ldl
 NVFLAGS  ?= -O3 -g -lineinfo
 NVFLAGS  += -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings -MMD -MP
 
@@ -79,9 +82,9 @@ TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 # ---------------------------------------------------------------- top-level targets
 .PHONY: all deps deps-python test test-now asan fuzz fuzz-now fuzz-selftest fuzz-parse golden \
-        golden-check bench-cpu config clean help
+        golden-check bench-cpu config clean help examples install fuzz-external
 
-all: config $(LIB) $(TOOL) $(TESTS)
+all: config $(LIB) $(TOOL) $(TESTS) examples
 
 deps:
 	@sh ./install-deps.sh
@@ -154,6 +157,46 @@ $(BENCH_CPU): opt/blas/bench/bench_cpu.c $(LIB)
 
 clean:
 	rm -rf $(BUILD)
+
+# ---------------------------------------------------------------- plugins and external paths
+# The example plugins are built as a user outside the tree builds one: the public header only
+# (-Icommon stands for `pkg-config --cflags inkling-moe`), no sanitizer, no link to the library.
+EX_CFLAGS := -std=c11 $(WARN) -O2 -g -fPIC -D_POSIX_C_SOURCE=200809L -Icommon
+EXAMPLES  := $(BUILD)/examples/libexample.so $(BUILD)/examples/libplanted_bug.so
+FAULT_PLUGINS := $(patsubst %,$(BUILD)/tests/plugins/libfault_%.so,abi layout noentry crash exit hang)
+
+examples: $(EXAMPLES) $(FAULT_PLUGINS)
+
+$(BUILD)/examples/lib%.so: examples/plugin/%.c examples/plugin/example.c common/moe_plugin.h common/moe.h
+	@mkdir -p $(dir $@)
+	$(CC) $(EX_CFLAGS) -shared $< -lm -o $@
+
+# Plugins that fail on purpose (tests/test_plugin.c): one source, one fault each.
+$(BUILD)/tests/plugins/libfault_%.so: tests/plugin_faults.c common/moe_plugin.h common/moe.h
+	@mkdir -p $(dir $@)
+	$(CC) $(EX_CFLAGS) -shared -DFAULT_$* $< -o $@
+
+# The example plugin must pass; the planted-bug plugin must be caught and its case shrunk.
+EXTERNAL_SECONDS ?= 15
+EXTERNAL_OUT := $(BUILD)/fuzz-external
+fuzz-external: all
+	@mkdir -p $(EXTERNAL_OUT)
+	$(TOOL) fuzz --paths plugin:$(BUILD)/examples/libexample.so --seconds $(EXTERNAL_SECONDS) \
+	    --report-dir $(EXTERNAL_OUT)/example --regress-dir $(EXTERNAL_OUT)/regressions
+	@$(TOOL) fuzz --paths plugin:$(BUILD)/examples/libplanted_bug.so --max-cases 2 --seed 1 \
+	    --report-dir $(EXTERNAL_OUT)/planted --regress-dir $(EXTERNAL_OUT)/regressions > $(EXTERNAL_OUT)/planted.log; \
+	    rc=$$?; grep -E "^FAILURE|shrunk|^[0-9]+ passed" $(EXTERNAL_OUT)/planted.log | head -4; \
+	    if [ $$rc -eq 1 ] && grep -q "shrunk case:" $(EXTERNAL_OUT)/planted.log; then \
+	        echo "fuzz-external: the planted bug was caught and shrunk (as it must be)"; \
+	    else echo "fuzz-external: the planted bug was NOT caught (exit $$rc)"; exit 1; fi
+
+PREFIX ?= /usr/local
+install: $(LIB) $(TOOL)
+	@mkdir -p $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/inkling-moe
+	cp $(TOOL) $(DESTDIR)$(PREFIX)/bin/
+	cp $(LIB) $(DESTDIR)$(PREFIX)/lib/
+	cp common/moe.h common/moe_plugin.h $(DESTDIR)$(PREFIX)/include/inkling-moe/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBS@|$(LDLIBS)|' inkling-moe.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/inkling-moe.pc
 
 help:
 	@sed -n '1,/^$$/p' Makefile | sed 's/^# \{0,1\}//'

@@ -15,7 +15,7 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "compare.h"
-#include "mutants.h"
+#include "paths.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +25,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: inkling-moe diff --model DIR [--layer L] --input FILE --backend A [--against B]\n"
                "                        [--tp N | --ep N] [--pad-inter P] [--precision exact|serving]\n"
                "  A runs with the split, B (default ref) unsplit; both are judged stage by stage;\n"
-               "  A or B may be a planted-bug path, mutant:NAME (inkling-moe fuzz --selftest lists them)\n");
+               "  A or B may be a planted-bug path, mutant:NAME (inkling-moe fuzz --selftest lists them),\n"
+               "  or a plugin, plugin:FILE.so (docs/external-paths.md)\n");
 }
 
 int cmd_diff(int argc, char **argv) {
@@ -51,13 +52,11 @@ int cmd_diff(int argc, char **argv) {
     int n = kind == MOE_SPLIT_TP ? tp : kind == MOE_SPLIT_EP ? ep : 1;
     moe_precision prec = precision == 0 ? MOE_PRECISION_EXACT : MOE_PRECISION_SERVING;
     /* a planted-bug path (mutant:NAME) shows what a divergence looks like on real files */
-    const moe_backend *a = moe_backend_find(a_name) ? moe_backend_find(a_name) : moe_mutant_find(a_name);
-    const moe_backend *b = moe_backend_find(b_name) ? moe_backend_find(b_name) : moe_mutant_find(b_name);
-    if (!a || !b)
-        return cli_fail("diff", "argument %s: unknown backend '%s'", a ? "--against" : "--backend",
-                        a ? b_name : a_name);
     moe_error err;
     moe_error_clear(&err);
+    const moe_backend *a = moe_path_open(a_name, &err);
+    const moe_backend *b = a ? moe_path_open(b_name, &err) : NULL;
+    if (!a || !b) return cli_fail("diff", "argument %s: %s", a ? "--against" : "--backend", err.msg);
     moe_checkpoint ck;
     moe_config cfg;
     moe_weights w;

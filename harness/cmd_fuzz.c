@@ -26,6 +26,7 @@
 #include "fuzz.h"
 #include "fuzz_tally.h"
 #include "mutants.h"
+#include "paths.h"
 
 #include "../common/out_file.h"
 
@@ -74,7 +75,7 @@ static void usage(FILE *f) {
             "usage: inkling-moe fuzz [--seconds N] [--seed S] [--suite smoke,ci,nightly]\n"
             "                        [--report-dir DIR] [--regress-dir DIR] [--suite-dir DIR]\n"
             "                        [--max-cases N] [--no-shrink] [--mutant NAME]\n"
-            "                        [--paths blas,cuda|none] [--no-ref]\n"
+            "                        [--paths blas,cuda,mutant:NAME,plugin:FILE.so|none] [--no-ref]\n"
             "       inkling-moe fuzz --case 'LINE' [--mutant NAME] [--paths ...] [--no-ref]\n"
             "       inkling-moe fuzz --selftest [--seconds N] [--seed S] [--max-cases N]\n"
             "       inkling-moe fuzz --stress [--seconds N] [--seed S] [--suite ...] [--paths ...] [--no-ref]\n"
@@ -86,34 +87,25 @@ static int check_report_dir(const char *dir);
 
 /* ---------------------------------------------------------------- targets */
 
-/* Is name one of the comma-separated names of list? */
-static bool listed(const char *list, const char *name) {
-    size_t len = strlen(name);
-    for (const char *p = list; *p;) {
-        const char *end = strchr(p, ',');
-        size_t n = end ? (size_t)(end - p) : strlen(p);
-        if (n == len && !strncmp(p, name, len)) return true;
-        p += n + (end ? 1 : 0);
-    }
-    return false;
-}
-
-/* The backends of the registry other than the reference, all or those named in paths.
- * Returns -1 (after saying so) if paths names a backend this build does not know. */
+/* The candidates: the backends of the registry other than the reference, or the paths that
+ * --paths names (paths.h: registry names, mutant:, plugin:). Returns -1 (after
+ * saying so) if a named path cannot be opened. */
 static int registry_candidates(const char *paths, const moe_backend **out, int cap) {
-    if (paths && strcmp(paths, "none")) {
-        char list[256];
-        snprintf(list, sizeof list, "%s", paths);
-        for (char *save = NULL, *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save))
-            if (!moe_backend_find(name) || moe_backend_find(name) == &moe_backend_ref) {
-                cli_fail("fuzz", "argument --paths: '%s' is not a candidate path of this build", name);
-                return -1;
-            }
-    }
     int n = 0;
-    for (int i = 0; i < moe_backend_count(); i++) {
-        const moe_backend *be = moe_backend_at(i);
-        if (be == &moe_backend_ref || (paths && !listed(paths, be->name))) continue;
+    if (paths && !strcmp(paths, "none")) return 0;
+    char buf[1024];
+    const char *names[16];
+    int count = paths ? moe_path_list_split(paths, buf, sizeof buf, names, 16) : moe_backend_count();
+    for (int i = 0; i < count; i++) {
+        const moe_backend *be = paths ? NULL : moe_backend_at(i);
+        if (be == &moe_backend_ref) continue;
+        moe_error err;
+        moe_error_clear(&err);
+        if (paths) be = moe_path_open(names[i], &err);
+        if (!be || be == &moe_backend_ref) {
+            cli_fail("fuzz", "argument --paths: %s", be ? "'ref' is the baseline, not a candidate path" : err.msg);
+            return -1;
+        }
         if (n == cap) {
             cli_fail("fuzz", "argument --paths: more than %d candidate paths; name fewer", cap);
             return -1;

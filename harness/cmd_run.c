@@ -15,6 +15,7 @@
  */
 #include "cli_args.h"
 #include "commands.h"
+#include "paths.h"
 
 #include "../common/checkpoint.h"
 #include "../common/moe.h"
@@ -37,7 +38,7 @@ static void usage(FILE *f) {
             "  --input FILE       safetensors file with x BF16 [T, D]\n"
             "  --out FILE         output safetensors: out [T, D] (F32 exact, BF16 serving),\n"
             "                     topk_ids I32 [T, K], topk_weights F32 [T, K+S]\n"
-            "  --backend NAME     ref (default), blas or cuda\n"
+            "  --backend NAME     ref (default), blas, cuda, mutant:NAME or plugin:FILE.so\n"
             "  --precision P      serving (default) or exact\n"
             "  --tp N, --ep N     run all N ranks of tensor / expert parallelism and sum them\n"
             "  --pad-inter N      round each rank's intermediate width up to a multiple of N\n"
@@ -122,8 +123,12 @@ static moe_status refuse_out_on_inputs(const run_args *a, const moe_checkpoint *
 }
 
 static moe_status run(const run_args *a, moe_error *err) {
-    const moe_backend *be = moe_backend_find(a->backend);
-    if (!be) return moe_fail(err, MOE_ERR_ARG, "argument --backend: unknown backend '%s'", a->backend);
+    const moe_backend *be = moe_path_open(a->backend, err);
+    if (!be) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return moe_fail(err, err->status, "argument --backend: %.480s", msg);
+    }
     moe_checkpoint ck;
     moe_status st = moe_checkpoint_open(a->model, &ck, err);
     if (!st) st = refuse_out_on_inputs(a, &ck, err);
