@@ -15,7 +15,9 @@
  *     moe_error that names the tensor, field or argument at fault;
  *   - shapes are written next to every pointer, in the SPEC's letters:
  *     T tokens, D hidden, I expert width, R routed experts, K top-k, S sinks, G = R + S;
- *   - bf16 values travel as uint16_t bit patterns, everything else as fp32 unless stated.
+ *   - bf16 values travel as uint16_t bit patterns, everything else as fp32 unless stated;
+ *   - the types here are the plugin ABI (moe_plugin.h): a change to their layout or meaning
+ *     bumps MOE_PLUGIN_ABI_VERSION there.
  */
 #ifndef INKLING_MOE_H
 #define INKLING_MOE_H

@@ -46,7 +46,8 @@ static const struct {
 #undef THUNKS
 
 const moe_backend *moe_bound_backend(const char *name, const char *description,
-                                     const moe_bound_ops *ops, void *ctx, moe_error *err) {
+                                     const moe_bound_ops *ops, void *ctx,
+                                     const moe_shape_hint *hints, moe_error *err) {
     if (slots_used >= MOE_BOUND_SLOTS) {
         moe_fail(err, MOE_ERR_ARG, "path %s: at most %d external paths per run", name, MOE_BOUND_SLOTS);
         return NULL;
@@ -58,7 +59,7 @@ const moe_backend *moe_bound_backend(const char *name, const char *description,
     s->ops = ops;
     s->ctx = ctx;
     moe_backend t = {s->name, s->description, thunks[i].available, thunks[i].supports,
-                     thunks[i].create, ops->forward, ops->route, ops->destroy};
+                     thunks[i].create, ops->forward, ops->route, ops->destroy, hints};
     s->table = t;
     return &s->table;
 }

@@ -27,8 +27,10 @@ typedef struct {
     void (*destroy)(void *state);
 } moe_bound_ops;
 
-/* A table named name (copied) calling ops with ctx; NULL plus err when every slot is taken. */
+/* A table named name (copied) calling ops with ctx, declaring hints (may be NULL; moe.h);
+ * NULL plus err when every slot is taken. */
 const moe_backend *moe_bound_backend(const char *name, const char *description,
-                                     const moe_bound_ops *ops, void *ctx, moe_error *err);
+                                     const moe_bound_ops *ops, void *ctx,
+                                     const moe_shape_hint *hints, moe_error *err);
 
 #endif

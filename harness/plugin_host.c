@@ -293,7 +293,7 @@ const moe_backend *moe_plugin_open(const char *file, moe_error *err) {
     char desc[160];
     snprintf(desc, sizeof desc, "%.80s (%.60s)", e->backend->description, file);
     const moe_backend *b = moe_bound_backend(ctx->name, desc, e->backend->route ? &plugin_ops : &plugin_ops_no_route,
-                                             ctx, err);
+                                             ctx, e->backend->shape_hints, err);
     if (!b) {
         free(ctx);
         dlclose(dl);

@@ -45,7 +45,7 @@ static void fault_destroy(void *state) { free(state); }
 
 static const moe_backend fault_backend = {"fault", "a plugin that fails on purpose", fault_available,
                                           fault_supports, fault_create, fault_forward, NULL,
-                                          fault_destroy};
+                                          fault_destroy, NULL};
 
 #if defined(FAULT_abi)
 const moe_plugin_entry *inkling_moe_plugin(void);

@@ -315,6 +315,6 @@ static moe_status example_forward(void *state, int T, const uint16_t *x, float *
 
 static const moe_backend example_backend = {EXAMPLE_NAME,      EXAMPLE_DESCRIPTION, example_available,
                                             example_supports,  example_create,      example_forward,
-                                            example_route,     example_destroy};
+                                            example_route,     example_destroy,     NULL};
 
 MOE_PLUGIN_EXPORT(example_backend)
