@@ -10,7 +10,7 @@
 #   make golden          regenerate golden/cases with the NumPy generator (golden-check: compare)
 #   make bench-cpu       reference vs OpenBLAS path on Inkling-Small (BENCH_ARGS; minutes)
 #   make cuda-check      build the CUDA path's real-shape check and timer (run it on a GPU host)
-#   make examples        the example plugins (examples/; docs/external-paths.md)
+#   make examples        the example plugins and worker (examples/; docs/external-paths.md)
 #   make fuzz-external   fuzz the example plugin (EXTERNAL_SECONDS); the planted-bug one must fail
 #   make install         the tool, library, headers and inkling-moe.pc under PREFIX (/usr/local)
 #   make help            every target
@@ -162,7 +162,7 @@ clean:
 # The example plugins are built as a user outside the tree builds one: the public header only
 # (-Icommon stands for `pkg-config --cflags inkling-moe`), no sanitizer, no link to the library.
 EX_CFLAGS := -std=c11 $(WARN) -O2 -g -fPIC -D_POSIX_C_SOURCE=200809L -Icommon
-EXAMPLES  := $(BUILD)/examples/libexample.so $(BUILD)/examples/libplanted_bug.so
+EXAMPLES  := $(BUILD)/examples/libexample.so $(BUILD)/examples/libplanted_bug.so $(BUILD)/examples/moe-worker
 FAULT_PLUGINS := $(patsubst %,$(BUILD)/tests/plugins/libfault_%.so,abi layout noentry crash exit hang)
 
 examples: $(EXAMPLES) $(FAULT_PLUGINS)
@@ -170,6 +170,11 @@ examples: $(EXAMPLES) $(FAULT_PLUGINS)
 $(BUILD)/examples/lib%.so: examples/plugin/%.c examples/plugin/example.c common/moe_plugin.h common/moe.h
 	@mkdir -p $(dir $@)
 	$(CC) $(EX_CFLAGS) -shared $< -lm -o $@
+
+# The example engine run as an external program (exec: and worker:), built on the library.
+$(BUILD)/examples/moe-worker: examples/worker/worker.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 # Plugins that fail on purpose (tests/test_plugin.c): one source, one fault each.
 $(BUILD)/tests/plugins/libfault_%.so: tests/plugin_faults.c common/moe_plugin.h common/moe.h

@@ -26,7 +26,7 @@ static void usage(FILE *f) {
                "                        [--tp N | --ep N] [--pad-inter P] [--precision exact|serving]\n"
                "  A runs with the split, B (default ref) unsplit; both are judged stage by stage;\n"
                "  A or B may be a planted-bug path, mutant:NAME (inkling-moe fuzz --selftest lists them),\n"
-               "  or a plugin, plugin:FILE.so (docs/external-paths.md)\n");
+               "  a plugin, plugin:FILE.so, or a program, exec:COMMAND / worker:COMMAND (docs/external-paths.md)\n");
 }
 
 int cmd_diff(int argc, char **argv) {

@@ -75,7 +75,7 @@ static void usage(FILE *f) {
             "usage: inkling-moe fuzz [--seconds N] [--seed S] [--suite smoke,ci,nightly]\n"
             "                        [--report-dir DIR] [--regress-dir DIR] [--suite-dir DIR]\n"
             "                        [--max-cases N] [--no-shrink] [--mutant NAME]\n"
-            "                        [--paths blas,cuda,mutant:NAME,plugin:FILE.so|none] [--no-ref]\n"
+            "                        [--paths blas,cuda,mutant:NAME,plugin:FILE.so,exec:CMD|none] [--no-ref]\n"
             "       inkling-moe fuzz --case 'LINE' [--mutant NAME] [--paths ...] [--no-ref]\n"
             "       inkling-moe fuzz --selftest [--seconds N] [--seed S] [--max-cases N]\n"
             "       inkling-moe fuzz --stress [--seconds N] [--seed S] [--suite ...] [--paths ...] [--no-ref]\n"
@@ -88,7 +88,7 @@ static int check_report_dir(const char *dir);
 /* ---------------------------------------------------------------- targets */
 
 /* The candidates: the backends of the registry other than the reference, or the paths that
- * --paths names (paths.h: registry names, mutant:, plugin:). Returns -1 (after
+ * --paths names (paths.h: registry names, mutant:, plugin:, exec:, worker:). Returns -1 (after
  * saying so) if a named path cannot be opened. */
 static int registry_candidates(const char *paths, const moe_backend **out, int cap) {
     int n = 0;

@@ -38,7 +38,7 @@ static void usage(FILE *f) {
             "  --input FILE       safetensors file with x BF16 [T, D]\n"
             "  --out FILE         output safetensors: out [T, D] (F32 exact, BF16 serving),\n"
             "                     topk_ids I32 [T, K], topk_weights F32 [T, K+S]\n"
-            "  --backend NAME     ref (default), blas, cuda, mutant:NAME or plugin:FILE.so\n"
+            "  --backend NAME     ref (default), blas, cuda, mutant:NAME, plugin:FILE.so, exec:CMD\n"
             "  --precision P      serving (default) or exact\n"
             "  --tp N, --ep N     run all N ranks of tensor / expert parallelism and sum them\n"
             "  --pad-inter N      round each rank's intermediate width up to a multiple of N\n"

@@ -1,6 +1,7 @@
 /* paths.c: path names to backends (paths.h). */
 #include "paths.h"
 
+#include "exec_path.h"
 #include "mutants.h"
 #include "plugin_host.h"
 
@@ -27,8 +28,10 @@ static const moe_backend *open_new(const char *name, moe_error *err) {
         if (!name[7]) moe_fail(err, MOE_ERR_ARG, "path %s: plugin: needs a file, as in plugin:FILE.so", name);
         return name[7] ? moe_plugin_open(name + 7, err) : NULL;
     }
+    if (has_prefix(name, "exec:") || has_prefix(name, "worker:")) return moe_exec_open(name, err);
     const moe_backend *b = moe_backend_find(name);
-    if (!b) moe_fail(err, MOE_ERR_ARG, "unknown backend '%s' (a backend name, mutant:NAME or plugin:FILE.so)", name);
+    if (!b) moe_fail(err, MOE_ERR_ARG, "unknown backend '%s' (a backend name, mutant:NAME, plugin:FILE.so, "
+                     "exec:COMMAND or worker:COMMAND)", name);
     return b;
 }
 
@@ -52,6 +55,7 @@ int moe_path_list_split(const char *list, char *buf, size_t buf_len, const char 
     int n = 0;
     for (char *p = buf; *p && n < cap;) {
         names[n++] = p;
+        if (has_prefix(p, "exec:") || has_prefix(p, "worker:")) break; /* commas are its own */
         char *comma = strchr(p, ',');
         if (!comma) break;
         *comma = '\0';

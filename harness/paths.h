@@ -4,6 +4,8 @@
  *   NAME               a backend of the registry (ref, blas, cuda: moe.h)
  *   mutant:NAME        a planted-bug path (mutants.h)
  *   plugin:FILE.so     a shared library exporting a backend (plugin_host.h, moe_plugin.h)
+ *   exec:COMMAND       an external program run once per call (exec_path.h)
+ *   worker:COMMAND     an external program kept running, one call per line (exec_path.h)
  * Opening the same name twice gives the same backend (a plugin is loaded once).
  */
 #ifndef INKLING_PATHS_H
@@ -15,7 +17,8 @@
 const moe_backend *moe_path_open(const char *name, moe_error *err);
 
 /* Splits a comma-separated list of path names into names [cap] (pointers into buf, which
- * receives a copy of list). Returns the count. */
+ * receives a copy of list). An exec: or worker: name takes the rest of the list, commas
+ * included, so it comes last. Returns the count. */
 int moe_path_list_split(const char *list, char *buf, size_t buf_len, const char **names, int cap);
 
 #endif

@@ -148,10 +148,14 @@ static moe_status isolated_forward(plugin_state *ps, int T, const uint16_t *x, f
                      want->routed_h, want->routed_y, want->sink_h, want->sink_y};
     size_t sizes[8] = {t * D, t * G, t * K, t * (K + S), t * K * (size_t)sh->I_local, t * K * D,
                        t * S * (size_t)sh->sink_I_local, t * D};
-    for (int i = 0; i < 8; i++) sizes[i] = dst[i] ? sizes[i] * 4 : 0; /* fp32 and int32 alike */
+    size_t room[8]; /* wanted arrays get room even when empty (T = 0): never a NULL buffer */
+    for (int i = 0; i < 8; i++) {
+        sizes[i] = dst[i] ? sizes[i] * 4 : 0; /* fp32 and int32 alike */
+        room[i] = dst[i] ? sizes[i] + 4 : 0;
+    }
     void *ptr[8];
     shared_block b;
-    child_header *hdr = layout(&b, sizes, ptr, 8);
+    child_header *hdr = layout(&b, room, ptr, 8);
     if (!hdr) return moe_fail(err, MOE_ERR_NOMEM, "%s: no shared memory for T = %d", ps->ctx->name, T);
     child_call c = {ps, T, x, ptr[0], {ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], ptr[6], ptr[7], 0},
                     NULL, NULL, NULL, false};
@@ -168,10 +172,10 @@ static moe_status isolated_forward(plugin_state *ps, int T, const uint16_t *x, f
 static moe_status isolated_route(plugin_state *ps, int T, const float *logits, int32_t *ids,
                                  float *weights, moe_error *err) {
     const size_t t = (size_t)T, K = (size_t)ps->shard->cfg.K, S = (size_t)ps->shard->cfg.S;
-    size_t sizes[2] = {t * K * 4, t * (K + S) * 4};
+    size_t sizes[2] = {t * K * 4, t * (K + S) * 4}, room[2] = {sizes[0] + 4, sizes[1] + 4};
     void *ptr[2];
     shared_block b;
-    child_header *hdr = layout(&b, sizes, ptr, 2);
+    child_header *hdr = layout(&b, room, ptr, 2);
     if (!hdr) return moe_fail(err, MOE_ERR_NOMEM, "%s: no shared memory for T = %d", ps->ctx->name, T);
     child_call c = {ps, T, NULL, NULL, {0}, ptr[0], (float *)logits, ptr[1], true};
     moe_status st = run_isolated(ps->ctx, "route", child_job, &c, hdr, err);
