@@ -11,7 +11,7 @@
 #   make bench-cpu       reference vs OpenBLAS path on Inkling-Small (BENCH_ARGS; minutes)
 #   make cuda-check      build the CUDA path's real-shape check and timer (run it on a GPU host)
 #   make examples        the example plugins and worker (examples/; docs/external-paths.md)
-#   make fuzz-external   fuzz the example plugin (EXTERNAL_SECONDS); the planted-bug one must fail
+#   make fuzz-external   fuzz the example plugin and worker (EXTERNAL_SECONDS); the planted bug must fail
 #   make install         the tool, library, headers and inkling-moe.pc under PREFIX (/usr/local)
 #   make help            every target
 #
@@ -181,13 +181,16 @@ $(BUILD)/tests/plugins/libfault_%.so: tests/plugin_faults.c common/moe_plugin.h 
 	@mkdir -p $(dir $@)
 	$(CC) $(EX_CFLAGS) -shared -DFAULT_$* $< -o $@
 
-# The example plugin must pass; the planted-bug plugin must be caught and its case shrunk.
+# The example plugin and the example worker must pass; the planted-bug plugin must be caught
+# and its case shrunk.
 EXTERNAL_SECONDS ?= 15
 EXTERNAL_OUT := $(BUILD)/fuzz-external
 fuzz-external: all
 	@mkdir -p $(EXTERNAL_OUT)
 	$(TOOL) fuzz --paths plugin:$(BUILD)/examples/libexample.so --seconds $(EXTERNAL_SECONDS) \
 	    --report-dir $(EXTERNAL_OUT)/example --regress-dir $(EXTERNAL_OUT)/regressions
+	$(TOOL) fuzz --paths 'worker:$(BUILD)/examples/moe-worker --worker' --seconds $(EXTERNAL_SECONDS) \
+	    --report-dir $(EXTERNAL_OUT)/worker --regress-dir $(EXTERNAL_OUT)/regressions
 	@$(TOOL) fuzz --paths plugin:$(BUILD)/examples/libplanted_bug.so --max-cases 2 --seed 1 \
 	    --report-dir $(EXTERNAL_OUT)/planted --regress-dir $(EXTERNAL_OUT)/regressions > $(EXTERNAL_OUT)/planted.log; \
 	    rc=$$?; grep -E "^FAILURE|shrunk|^[0-9]+ passed" $(EXTERNAL_OUT)/planted.log | head -4; \

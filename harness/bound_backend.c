@@ -34,6 +34,14 @@ SLOT_THUNKS(4)
 SLOT_THUNKS(5)
 SLOT_THUNKS(6)
 SLOT_THUNKS(7)
+SLOT_THUNKS(8)
+SLOT_THUNKS(9)
+SLOT_THUNKS(10)
+SLOT_THUNKS(11)
+SLOT_THUNKS(12)
+SLOT_THUNKS(13)
+SLOT_THUNKS(14)
+SLOT_THUNKS(15)
 #undef SLOT_THUNKS
 
 #define THUNKS(i) {available_##i, supports_##i, create_##i}
@@ -41,8 +49,9 @@ static const struct {
     bool (*available)(char *, size_t);
     bool (*supports)(const moe_config *, const moe_split *, const moe_options *, char *, size_t);
     moe_status (*create)(const moe_shard *, const moe_options *, void **, moe_error *);
-} thunks[MOE_BOUND_SLOTS] = {THUNKS(0), THUNKS(1), THUNKS(2), THUNKS(3),
-                             THUNKS(4), THUNKS(5), THUNKS(6), THUNKS(7)};
+} thunks[MOE_BOUND_SLOTS] = {THUNKS(0),  THUNKS(1),  THUNKS(2),  THUNKS(3),  THUNKS(4),  THUNKS(5),
+                             THUNKS(6),  THUNKS(7),  THUNKS(8),  THUNKS(9),  THUNKS(10), THUNKS(11),
+                             THUNKS(12), THUNKS(13), THUNKS(14), THUNKS(15)};
 #undef THUNKS
 
 const moe_backend *moe_bound_backend(const char *name, const char *description,

@@ -12,7 +12,7 @@
 
 #include "../common/moe.h"
 
-#define MOE_BOUND_SLOTS 8
+#define MOE_BOUND_SLOTS 16
 
 typedef struct {
     bool (*available)(void *ctx, char *why, size_t why_len);

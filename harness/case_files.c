@@ -89,6 +89,45 @@ moe_status moe_export_stages(const char *path, const moe_run *r, moe_error *err)
     return moe_st_write(path, e, n, err);
 }
 
+static moe_status write_case_text(const char *dir, const fuzz_case *c, moe_precision p, moe_error *err) {
+    char path[1100], line[512], split[16] = "none", text[1400];
+    snprintf(path, sizeof path, "%s/case.txt", dir);
+    if (c->split != MOE_SPLIT_NONE) snprintf(split, sizeof split, "%s%d", c->split == MOE_SPLIT_TP ? "tp" : "ep", c->n);
+    fuzz_case_format(c, line, sizeof line);
+    int n = snprintf(text, sizeof text,
+                     "# split %s (an engine runs every rank and sums the partials; check --%.2s %d judges that)\n"
+                     "# expected.safetensors: the reference, unsplit, contract %s\n%s\n",
+                     split, split, c->n, p == MOE_PRECISION_EXACT ? "exact" : "serving", line);
+    moe_out_file o;
+    moe_status st = moe_out_open(path, &o, err);
+    if (!st) st = moe_out_write(&o, text, (size_t)n, err);
+    if (!st) st = moe_out_commit(&o, err);
+    return st;
+}
+
+moe_status moe_export_case(const fuzz_case *c, moe_precision precision, const char *dir, moe_error *err) {
+    moe_layer_data ld;
+    uint16_t *x = NULL;
+    moe_status st = fuzz_case_build(c, &ld, &x, err);
+    if (st) return st;
+    moe_run ref;
+    memset(&ref, 0, sizeof ref);
+    moe_options opt = moe_options_default();
+    opt.precision = precision;
+    char path[1100];
+    st = moe_export_checkpoint(dir, &c->cfg, &ld.w, err);
+    snprintf(path, sizeof path, "%s/input.safetensors", dir);
+    if (!st) st = moe_export_input(path, c->T, c->cfg.D, x, err);
+    if (!st) st = moe_run_path(&moe_backend_ref, &opt, &c->cfg, &ld.w, MOE_SPLIT_NONE, 1, 0, c->T, x, true, &ref, err);
+    snprintf(path, sizeof path, "%s/expected.safetensors", dir);
+    if (!st) st = moe_export_stages(path, &ref, err);
+    if (!st) st = write_case_text(dir, c, precision, err);
+    moe_run_free(&ref);
+    moe_layer_data_free(&ld);
+    free(x);
+    return st;
+}
+
 /* ---------------------------------------------------------------- reading outputs */
 
 /* One optional tensor: absent is fine (false), present must match dtype and shape. */

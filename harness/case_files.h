@@ -17,6 +17,7 @@
 #define INKLING_CASE_FILES_H
 
 #include "compare.h"
+#include "fuzz_case.h"
 
 #define MOE_EXPORT_LAYER 0
 
@@ -27,6 +28,12 @@ moe_status moe_export_checkpoint(const char *dir, const moe_config *cfg, const m
 moe_status moe_export_input(const char *path, int T, int D, const uint16_t *x, moe_error *err);
 /* The output and the stages run filled (intermediates when it has them). */
 moe_status moe_export_stages(const char *path, const moe_run *run, moe_error *err);
+/* A fuzz case as a directory any engine can load: the checkpoint (config.json,
+ * model.safetensors), input.safetensors, expected.safetensors (the reference, unsplit, with every
+ * stage, in contract precision) and case.txt (the case's line, the split it names, the contract).
+ * All T tokens are exported, whatever the case samples. */
+moe_status moe_export_case(const fuzz_case *c, moe_precision precision, const char *dir, moe_error *err);
+
 /* Reads an outputs file for a layer cfg on T tokens into out [T, D] and the non-NULL arrays of
  * st (shapes as moe_stages with I_local = cfg->I), setting st->filled for each one present. */
 moe_status moe_read_outputs(const char *path, const moe_config *cfg, int T, float *out,

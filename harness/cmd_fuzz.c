@@ -26,6 +26,7 @@
 #include "fuzz.h"
 #include "fuzz_tally.h"
 #include "mutants.h"
+#include "case_files.h"
 #include "paths.h"
 
 #include "../common/out_file.h"
@@ -68,6 +69,7 @@ typedef struct {
     int repeat;         /* --repeat N: replays of a sequence */
     int reruns;         /* --reruns N: fresh reruns that classify a failure */
     int history;        /* --history N: cases kept before a failing one */
+    const char *export_dir; /* --export-failures: each shrunk failing case as files (case_files.h) */
 } fuzz_args;
 
 static void usage(FILE *f) {
@@ -76,6 +78,7 @@ static void usage(FILE *f) {
             "                        [--report-dir DIR] [--regress-dir DIR] [--suite-dir DIR]\n"
             "                        [--max-cases N] [--no-shrink] [--mutant NAME]\n"
             "                        [--paths blas,cuda,mutant:NAME,plugin:FILE.so,exec:CMD|none] [--no-ref]\n"
+            "                        [--export-failures DIR]\n"
             "       inkling-moe fuzz --case 'LINE' [--mutant NAME] [--paths ...] [--no-ref]\n"
             "       inkling-moe fuzz --selftest [--seconds N] [--seed S] [--max-cases N]\n"
             "       inkling-moe fuzz --stress [--seconds N] [--seed S] [--suite ...] [--paths ...] [--no-ref]\n"
@@ -469,6 +472,18 @@ static fuzz_history_opts history_opts(const fuzz_args *a) {
     return o;
 }
 
+/* The shrunk case as files an engine can load, in the failing path's contract. */
+static void export_failure(const fuzz_args *a, const fuzz_case *c, const char *path, long index) {
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/seed%" PRIu64 "-case%ld", a->export_dir, a->seed, index);
+    moe_error err;
+    moe_error_clear(&err);
+    moe_precision p = strstr(path, "/exact") ? MOE_PRECISION_EXACT : MOE_PRECISION_SERVING;
+    if (fuzz_mkdir_p(a->export_dir) || moe_export_case(c, p, dir, &err))
+        printf("  could not export to %s: %s\n", dir, err.msg[0] ? err.msg : "cannot create the directory");
+    else printf("  exported as files: %s (inkling-moe check judges an engine's output on it)\n", dir);
+}
+
 /* A failing case of the fuzz loop: printed, judged deterministic (shrunk, saved as a regression
  * case) or intermittent (its sequence saved), and recorded for the reports. */
 static void record_failure(const fuzz_args *a, fuzz_totals *tt, const fuzz_case *c, const fuzz_case_result *res,
@@ -480,8 +495,8 @@ static void record_failure(const fuzz_args *a, fuzz_totals *tt, const fuzz_case 
     printf("\nFAILURE on %s (suite %s, case %ld)\n  case: %s\n", r->path, suite, case_index, line);
     if (res->sampled[0]) printf("  reference checked %s\n", res->sampled);
     moe_cmp_report_print(stdout, &r->rep);
-    printf("  rerun: build/bin/inkling-moe fuzz --case '%s'%s%s\n", line,
-           a->mutant ? " --mutant " : "", a->mutant ? a->mutant : "");
+    printf("  rerun: build/bin/inkling-moe fuzz --case '%s'%s%s%s%s%s\n", line, a->mutant ? " --mutant " : "",
+           a->mutant ? a->mutant : "", a->paths ? " --paths '" : "", a->paths ? a->paths : "", a->paths ? "'" : "");
     if (tt->n_failures >= MAX_FAILURES) return;
     failure_record *fr = &tt->failures[tt->n_failures++];
     memset(fr, 0, sizeof *fr);
@@ -512,7 +527,9 @@ static void record_failure(const fuzz_args *a, fuzz_totals *tt, const fuzz_case 
     fuzz_case_format(&shrunk, fr->shrunk, sizeof fr->shrunk);
     printf("  shrunk case: %s\n", fr->shrunk);
     save_regression(a, fr, a->seed, case_index);
-    printf("  saved as regression case: %s\n\n", fr->saved);
+    printf("  saved as regression case: %s\n", fr->saved);
+    if (a->export_dir) export_failure(a, &shrunk, r->path, case_index);
+    printf("\n");
 }
 
 static int run_fuzz(const fuzz_args *a) {
@@ -623,7 +640,7 @@ static int check_report_dir(const char *dir) {
 int cmd_fuzz(int argc, char **argv) {
     fuzz_args a = {60.0, 0, false, "build/fuzz-report", "harness/suites", "fuzz/regressions",
                    NULL, NULL, "smoke,ci", 0, true, false, NULL, false,
-                   false, NULL, 10, 5, 32};
+                   false, NULL, 10, 5, 32, NULL};
     bool no_shrink = false;
     cli_option opts[] = {
         {.name = "--seconds", .kind = CLI_REAL, .out = &a.seconds, .lo = 0.001, .hi = 31536000},
@@ -637,6 +654,7 @@ int cmd_fuzz(int argc, char **argv) {
         {.name = "--mutant", .kind = CLI_STRING, .out = &a.mutant, .nonempty = true},
         {.name = "--paths", .kind = CLI_STRING, .out = &a.paths, .nonempty = true},
         {.name = "--no-ref", .kind = CLI_FLAG, .out = &a.no_ref},
+        {.name = "--export-failures", .kind = CLI_STRING, .out = &a.export_dir, .nonempty = true},
         {.name = "--case", .kind = CLI_STRING, .out = &a.case_line, .nonempty = true,
          .excludes = "--selftest"},
         {.name = "--selftest", .kind = CLI_FLAG, .out = &a.selftest, .excludes = "--mutant"},

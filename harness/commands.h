@@ -14,5 +14,7 @@ int cmd_run(int argc, char **argv);      /* harness/cmd_run.c */
 int cmd_diff(int argc, char **argv);     /* harness/cmd_diff.c */
 int cmd_fuzz(int argc, char **argv);     /* harness/cmd_fuzz.c */
 int cmd_inspect(int argc, char **argv);  /* harness/cmd_inspect.c */
+int cmd_export(int argc, char **argv);   /* harness/cmd_export.c */
+int cmd_check(int argc, char **argv);    /* harness/cmd_check.c */
 
 #endif

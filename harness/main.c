@@ -12,6 +12,8 @@ static const moe_command commands[] = {
     {"inspect", "show what the loader understands of each MoE layer of a checkpoint", cmd_inspect},
     {"diff", "compare two paths stage by stage on a checkpoint layer", cmd_diff},
     {"fuzz", "differential fuzzing of every available path against the reference", cmd_fuzz},
+    {"export", "write a fuzz case as a checkpoint, input and expected outputs for any engine", cmd_export},
+    {"check", "judge an outputs file written by any implementation against the contract", cmd_check},
     {"backends", "list the paths this build knows and whether they can run here", cmd_backends},
 };
 
