@@ -29,6 +29,9 @@ static moe_status write_config(const char *dir, const moe_config *c, moe_error *
 
 moe_status moe_export_checkpoint(const char *dir, const moe_config *c, const moe_weights *w,
                                  moe_error *err) {
+    if (c->routed_format != MOE_ROUTED_MXFP4 && c->routed_format != MOE_ROUTED_BF16)
+        return moe_fail(err, MOE_ERR_UNSUPPORTED, "export: %s routed experts are not written as checkpoints yet "
+                        "(the loader does not read them)", moe_routed_format_get(c->routed_format)->name);
     if (mkdir(dir, 0777) && errno != EEXIST)
         return moe_fail(err, MOE_ERR_IO, "export: cannot create directory %s: %s", dir, strerror(errno));
     moe_status st = write_config(dir, c, err);

@@ -108,7 +108,7 @@ static fuzz_outcome run_on(const char *path, const char *line, char *msg, size_t
     if (!b) fail_msg("%s: %s", path, err.msg);
     fuzz_case c;
     assert_int_equal(fuzz_case_parse(line, &c, &err), MOE_OK);
-    fuzz_targets tg = {&b, 1, false, 1, false};
+    fuzz_targets tg = {.candidates = &b, .n_candidates = 1, .ref_paths = false, .n_threads = 1};
     fuzz_case_result res;
     assert_int_equal(fuzz_run_case(&c, &tg, &res, &err), MOE_OK);
     fuzz_outcome worst = FUZZ_SKIP;

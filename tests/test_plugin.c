@@ -49,7 +49,7 @@ static void test_example_passes(void **state) {
     (void)state;
     const moe_backend *b = open_ok("examples/libexample.so");
     assert_string_equal(b->name, "plugin:example");
-    fuzz_targets tg = {&b, 1, false, 1, false};
+    fuzz_targets tg = {.candidates = &b, .n_candidates = 1, .ref_paths = false, .n_threads = 1};
     for (size_t i = 0; i < sizeof fixed_cases / sizeof fixed_cases[0]; i++) {
         fuzz_case c;
         moe_error err = {0};
@@ -76,7 +76,7 @@ static void test_planted_bug_caught_and_shrunk(void **state) {
     if (took < 0) fail_msg("the planted bug survived 50 smoke cases");
     const fuzz_path_result *r = &res.r[fuzz_first_failure(&res)];
     assert_int_equal(r->rep.first_stage, MOE_CMP_ROUTED_H);
-    fuzz_targets tg = {&b, 1, false, 1, false};
+    fuzz_targets tg = {.candidates = &b, .n_candidates = 1, .ref_paths = false, .n_threads = 1};
     fuzz_shrink(&caught, r->path, &tg, 100, &shrunk);
     assert_true(shrunk.T <= caught.T && shrunk.cfg.D <= caught.cfg.D && shrunk.cfg.R <= caught.cfg.R);
     assert_int_equal(fuzz_run_case(&shrunk, &tg, &res, &err), MOE_OK);
@@ -110,7 +110,7 @@ static moe_error forward_error(const moe_backend *b) {
     fuzz_case c;
     moe_error err = {0};
     assert_int_equal(fuzz_case_parse(line, &c, &err), MOE_OK);
-    fuzz_targets tg = {&b, 1, false, 1, false};
+    fuzz_targets tg = {.candidates = &b, .n_candidates = 1, .ref_paths = false, .n_threads = 1};
     fuzz_case_result res;
     assert_int_equal(fuzz_run_case(&c, &tg, &res, &err), MOE_OK);
     assert_true(res.n > 0);

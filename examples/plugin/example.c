@@ -103,7 +103,11 @@ static bool example_available(char *why, size_t len) {
 
 static bool example_supports(const moe_config *cfg, const moe_split *split, const moe_options *opt,
                              char *why, size_t len) {
-    (void)cfg, (void)split;
+    (void)split;
+    if (cfg->routed_format != MOE_ROUTED_MXFP4 && cfg->routed_format != MOE_ROUTED_BF16) {
+        snprintf(why, len, "routed format %d: this plugin decodes MXFP4 and bf16 only", (int)cfg->routed_format);
+        return false;
+    }
     if (opt->precision != MOE_PRECISION_EXACT && opt->precision != MOE_PRECISION_SERVING) {
         snprintf(why, len, "precision %d unknown to this plugin", (int)opt->precision);
         return false;
