@@ -104,7 +104,7 @@ static void check_case(const moe_config *c, uint64_t seed, int T, moe_split_kind
     if (!rep.ok) {
         moe_cmp_report_print(stderr, &rep);
         fail_msg("seed %llu (%s D=%d I=%d R=%d K=%d S=%d T=%d split %d/%d pad %d): %s",
-                 (unsigned long long)seed, c->routed_format == MOE_ROUTED_MXFP4 ? "mxfp4" : "bf16",
+                 (unsigned long long)seed, moe_routed_format_get(c->routed_format)->key,
                  c->D, c->I, c->R, c->K, c->S, T, (int)kind, n, pad, rep.msg);
     }
     free(x);
@@ -147,6 +147,30 @@ static void test_random_configs_match_reference(void **state) {
     }
 }
 
+/* NVFP4 layers on the grouped tensor-core kernels: D and I multiples of 16 that are not all
+ * multiples of 32 (the last 32-element chunk of a row is then half empty), TP slabs of 16,
+ * EP padding experts (scale2 0), per-rank padding, non-finite rows, T from 0 to 200. */
+static void test_nvfp4_layers_match_reference(void **state) {
+    (void)state;
+    skip_without_gpu();
+    static const struct {
+        int D, I, R, K, S, T;
+        moe_split_kind kind;
+        int n, pad;
+    } cases[] = {
+        {64, 64, 8, 2, 2, 33, MOE_SPLIT_NONE, 1, 0},  {48, 80, 6, 3, 2, 33, MOE_SPLIT_NONE, 1, 0},
+        {80, 48, 12, 4, 1, 1, MOE_SPLIT_NONE, 1, 0},  {48, 80, 6, 3, 2, 33, MOE_SPLIT_TP, 5, 0},
+        {64, 64, 10, 3, 2, 33, MOE_SPLIT_EP, 3, 0},   {64, 96, 16, 6, 2, 200, MOE_SPLIT_TP, 2, 64},
+        {144, 32, 24, 6, 0, 0, MOE_SPLIT_NONE, 1, 0}, {32, 64, 256, 6, 2, 33, MOE_SPLIT_EP, 4, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        moe_config c = {cases[i].D, cases[i].I, cases[i].R, cases[i].K, cases[i].S, 8.0f, true, true,
+                        MOE_ROUTED_NVFP4};
+        check_case(&c, 500u + (uint64_t)i, cases[i].T, cases[i].kind, cases[i].n, cases[i].pad,
+                   cases[i].T == 33);
+    }
+}
+
 /* The Inkling shape in miniature: R = 256, K = 6, S = 2, with EP 3 padding 256 to 258 (the
  * sinks then TP-sliced 3 ways: I = 96) and TP 3 (I_tp = 32) padded to 64. */
 static void test_many_experts_ep_padding(void **state) {
@@ -157,12 +181,13 @@ static void test_many_experts_ep_padding(void **state) {
     check_case(&c, 78, 33, MOE_SPLIT_TP, 3, 64, false);
 }
 
-/* Forward on a bf16 and an MXFP4 layer five times: every output and stage bitwise equal. */
+/* Forward on a bf16, an MXFP4 and an NVFP4 layer five times: every output and stage bitwise equal. */
 static void test_five_runs_bitwise_identical(void **state) {
     (void)state;
     skip_without_gpu();
-    for (int f = 0; f < 2; f++) {
-        moe_config c = {96, 64, 24, 4, 2, 8.0f, true, true, f ? MOE_ROUTED_MXFP4 : MOE_ROUTED_BF16};
+    static const moe_routed_format formats[3] = {MOE_ROUTED_BF16, MOE_ROUTED_MXFP4, MOE_ROUTED_NVFP4};
+    for (int f = 0; f < 3; f++) {
+        moe_config c = {96, 64, 24, 4, 2, 8.0f, true, true, formats[f]};
         const int T = 33, D = c.D, K = c.K, S = c.S, G = c.R + c.S;
         moe_layer_data ld;
         moe_error err;
@@ -377,6 +402,7 @@ int main(void) {
         cmocka_unit_test(test_five_runs_bitwise_identical),
         cmocka_unit_test(test_token_counts_vary),
         cmocka_unit_test(test_many_experts_ep_padding),
+        cmocka_unit_test(test_nvfp4_layers_match_reference),
         cmocka_unit_test(test_random_configs_match_reference),
         cmocka_unit_test(test_fresh_layers_race_free),
     };

@@ -112,10 +112,6 @@ bool supports_variant(moe_cuda_variant variant, const moe_config *cfg, const moe
                                "use --precision serving");
         return false;
     }
-    if (cfg->routed_format == MOE_ROUTED_NVFP4) {
-        snprintf(why, why_len, "routed format NVFP4: not yet implemented on the CUDA path");
-        return false;
-    }
     if ((size_t)cfg->R * 4 + (size_t)cfg->K * 4 > 200 * 1024) {
         snprintf(why, why_len, "n_routed_experts %d: the routing kernel keeps R scores in shared "
                                "memory and takes at most 51200", cfg->R);
@@ -123,7 +119,8 @@ bool supports_variant(moe_cuda_variant variant, const moe_config *cfg, const moe
     }
     if (variant == MOE_CUDA_EXPERTS_GEMV && cfg->routed_format != MOE_ROUTED_MXFP4) {
         snprintf(why, why_len, "the GEMV expert kernels read MXFP4 routed experts only; this "
-                               "layer's are bf16 (use cuda or cuda-wmma)");
+                               "layer's are %s (use cuda or cuda-wmma)",
+                 moe_routed_format_get(cfg->routed_format)->name);
         return false;
     }
     return true;
@@ -163,6 +160,8 @@ void cuda_destroy(void *p) {
     cudaFree((void *)s->experts.w13_scale);
     cudaFree((void *)s->experts.w2_mx);
     cudaFree((void *)s->experts.w2_scale);
+    cudaFree((void *)s->experts.w13_scale2);
+    cudaFree((void *)s->experts.w2_scale2);
     cudaFree((void *)s->experts.w13_bf16);
     cudaFree((void *)s->experts.w2_bf16);
     cudaFree(s->sink_w13);
@@ -213,12 +212,19 @@ moe_status upload_weights(cuda_state *s, const moe_shard *sh, moe_error *err) {
     moe_cuda_experts *ex = &s->experts;
     ex->E = s->E, ex->D = s->D, ex->IL = s->IL;
     ex->mxfp4 = sh->cfg.routed_format == MOE_ROUTED_MXFP4;
-    if (ex->mxfp4) {
+    ex->nvfp4 = sh->cfg.routed_format == MOE_ROUTED_NVFP4;
+    const size_t B = (size_t)moe_routed_format_get(sh->cfg.routed_format)->block;
+    if (B) {
         if (!st) st = upload((void **)&ex->w13_mx, sh->w13_mx, E * 2 * IL * D / 2, "w13 codes", up, err);
-        if (!st) st = upload((void **)&ex->w13_scale, sh->w13_scale, E * 2 * IL * D / 32, "w13 scales", up, err);
+        if (!st) st = upload((void **)&ex->w13_scale, sh->w13_scale, E * 2 * IL * D / B, "w13 scales", up, err);
         if (!st) st = upload((void **)&ex->w2_mx, sh->w2_mx, E * D * IL / 2, "w2 codes", up, err);
-        if (!st) st = upload((void **)&ex->w2_scale, sh->w2_scale, E * D * IL / 32, "w2 scales", up, err);
-    } else {
+        if (!st) st = upload((void **)&ex->w2_scale, sh->w2_scale, E * D * IL / B, "w2 scales", up, err);
+    }
+    if (ex->nvfp4) {
+        if (!st) st = upload((void **)&ex->w13_scale2, sh->w13_scale2, E * 4, "w13 scale2", up, err);
+        if (!st) st = upload((void **)&ex->w2_scale2, sh->w2_scale2, E * 4, "w2 scale2", up, err);
+    }
+    if (!B) {
         if (!st) st = upload((void **)&ex->w13_bf16, sh->w13_bf16, E * 2 * IL * D * 2, "w13 bf16", up, err);
         if (!st) st = upload((void **)&ex->w2_bf16, sh->w2_bf16, E * D * IL * 2, "w2 bf16", up, err);
     }

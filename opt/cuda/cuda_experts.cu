@@ -8,7 +8,11 @@
  *     trip); blocks past the table's length return at once;
  *   - weights are read as stored: MXFP4 codes and E8M0 scales are decoded in shared memory to
  *     bf16, which is exact (an E2M1 value times a power of two has at most two significant
- *     bits); bf16 weights are copied as they are;
+ *     bits); NVFP4 codes times their E4M3 scale (one per 16) likewise (at most 2 + 4 significant
+ *     bits, within bf16's range); bf16 weights are copied as they are;
+ *   - NVFP4's per-expert scale2 multiplies each block dot product in fp32 in the epilogue,
+ *     before g and u are rounded (GEMM1) or y is written (GEMM2): one more fp32 rounding, as
+ *     the OpenBLAS path does (docs/tolerances.md);
  *   - products on tensor cores (wmma bf16 x bf16, fp32 accumulate), one fixed k order per
  *     output, so results do not depend on the launch or on other tokens;
  *   - GEMM1 (x [T, D] rows gathered by token) produces the interleaved g/u columns of w13;
@@ -45,7 +49,8 @@ struct gemm_args {
     const uint16_t *a_src;    /* stage 1: x [T, D]; stage 2: h [T*K, IL] */
     int a_row_div;            /* a source row = assignment / a_row_div (K for x, 1 for h) */
     const uint8_t *w_mx;      /* [E, N, Kdim/2] */
-    const uint8_t *w_scale;   /* [E, N, Kdim/32] */
+    const uint8_t *w_scale;   /* [E, N, Kdim/B]: B = 32 (MXFP4, E8M0) or 16 (NVFP4, E4M3) */
+    const float *w_scale2;    /* NVFP4: [E] per-expert scale2; NULL otherwise */
     const uint16_t *w_bf16;   /* [E, N, Kdim] */
     int N, Kdim, T;
     const int32_t *counts;    /* [E] */
@@ -56,10 +61,13 @@ struct gemm_args {
     float *y_out;             /* stage 2: [T*K, N] */
 };
 
+/* Routed weight storage a kernel instance reads. */
+enum { FMT_BF16 = 0, FMT_MXFP4 = 1, FMT_NVFP4 = 2 };
+
 struct tile_regs {
     uint4 a[4];
-    uint4 b[8]; /* MXFP4 uses b[0..1] (codes) and scale */
-    uint32_t scale[2];
+    uint4 b[8]; /* block formats use b[0..1] (codes) and scale */
+    uint32_t scale[2]; /* MXFP4: the E8M0 byte; NVFP4: the two E4M3 bytes (low, high half) */
 };
 
 __device__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -86,7 +94,14 @@ __device__ float e8m0(uint32_t b) {
     return __uint_as_float(b == 0 ? 0x00400000u : b << 23); /* 2^-127 is an fp32 subnormal */
 }
 
-template <bool MX>
+/* E4M3 (float8_e4m3fn) exactly; NaN bytes never reach the device (moe_shard_build refuses them). */
+__device__ float e4m3(uint32_t b) {
+    const uint32_t e = (b >> 3) & 15u, m = b & 7u;
+    const float v = e == 0 ? (float)m * 0x1p-9f : __uint_as_float(((e + 120u) << 23) | (m << 20));
+    return (b & 0x80u) ? -v : v;
+}
+
+template <int FMT>
 __device__ void load_tile(const gemm_args &p, int expert, int n0, int k0, const int *row_src,
                           tile_regs &r) {
     const bool vec = p.Kdim % 8 == 0;
@@ -98,7 +113,29 @@ __device__ void load_tile(const gemm_args &p, int expert, int n0, int k0, const 
         if (a >= 0 && c < p.Kdim)
             r.a[i] = load8(p.a_src + (size_t)(a / p.a_row_div) * p.Kdim, c, p.Kdim, vec);
     }
-    if (MX) {
+    if (FMT == FMT_NVFP4) {
+        /* 32 elements: two 8-byte halves (rows are 8-byte aligned: Kdim is a multiple of 16),
+         * each with its E4M3 byte; a half past Kdim reads nothing (zero codes, scale 0) */
+        const size_t row_bytes = (size_t)p.Kdim / 2, row_scales = (size_t)p.Kdim / 16;
+        for (int i = 0; i < 2; i++) {
+            const int idx = (int)threadIdx.x + i * EXPERT_THREADS;
+            const int row = idx / 4, q = idx % 4, n = n0 + row, c = k0 + q * 32;
+            r.b[i] = make_uint4(0, 0, 0, 0);
+            r.scale[i] = 0;
+            if (n < p.N && c < p.Kdim) {
+                const size_t w_row = (size_t)expert * p.N + n;
+                const uint2 *src = reinterpret_cast<const uint2 *>(p.w_mx + w_row * row_bytes + c / 2);
+                const uint2 lo = src[0];
+                r.b[i].x = lo.x, r.b[i].y = lo.y;
+                r.scale[i] = p.w_scale[w_row * row_scales + c / 16];
+                if (c + 16 < p.Kdim) {
+                    const uint2 hi = src[1];
+                    r.b[i].z = hi.x, r.b[i].w = hi.y;
+                    r.scale[i] |= (uint32_t)p.w_scale[w_row * row_scales + c / 16 + 1] << 8;
+                }
+            }
+        }
+    } else if (FMT == FMT_MXFP4) {
         const size_t row_bytes = (size_t)p.Kdim / 2, row_scales = (size_t)p.Kdim / 32;
         for (int i = 0; i < 2; i++) {
             const int idx = (int)threadIdx.x + i * EXPERT_THREADS;
@@ -122,14 +159,18 @@ __device__ void load_tile(const gemm_args &p, int expert, int n0, int k0, const 
     }
 }
 
-/* 16 bytes of E2M1 codes (32 elements) times one scale -> 32 bf16 as 16 packed words. */
-__device__ void decode32(uint4 codes, uint32_t scale_byte, const float *lut, uint32_t *out) {
-    const float s = e8m0(scale_byte);
+/* 16 bytes of E2M1 codes (32 elements) times their scale -> 32 bf16 as 16 packed words.
+ * MXFP4: one E8M0 byte for all 32; NVFP4: E4M3 bytes, the low one for elements 0..15. */
+template <int FMT>
+__device__ void decode32(uint4 codes, uint32_t scale_bytes, const float *lut, uint32_t *out) {
+    const float s_lo = FMT == FMT_NVFP4 ? e4m3(scale_bytes & 0xFFu) : e8m0(scale_bytes);
+    const float s_hi = FMT == FMT_NVFP4 ? e4m3(scale_bytes >> 8) : s_lo;
     const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
     for (int w = 0; w < 4; w++)
 #pragma unroll
         for (int b = 0; b < 4; b++) {
+            const float s = w < 2 ? s_lo : s_hi;
             const uint32_t byte = (words[w] >> (8 * b)) & 0xFFu;
             const uint32_t lo = __float_as_uint(lut[byte & 15u] * s) >> 16; /* exact: truncation */
             const uint32_t hi = __float_as_uint(lut[byte >> 4] * s) >> 16;
@@ -137,7 +178,7 @@ __device__ void decode32(uint4 codes, uint32_t scale_byte, const float *lut, uin
         }
 }
 
-template <bool MX>
+template <int FMT>
 __device__ void store_tile(const tile_regs &r, const float *lut,
                            uint16_t (*As)[EXPERT_BK + EXPERT_PAD],
                            uint16_t (*Bs)[EXPERT_BK + EXPERT_PAD]) {
@@ -145,12 +186,12 @@ __device__ void store_tile(const tile_regs &r, const float *lut,
         const int idx = (int)threadIdx.x + i * EXPERT_THREADS;
         *reinterpret_cast<uint4 *>(&As[idx / 16][(idx % 16) * 8]) = r.a[i];
     }
-    if (MX) {
+    if (FMT != FMT_BF16) {
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int idx = (int)threadIdx.x + i * EXPERT_THREADS;
             uint32_t words[16];
-            decode32(r.b[i], r.scale[i], lut, words);
+            decode32<FMT>(r.b[i], r.scale[i], lut, words);
             uint4 *dst = reinterpret_cast<uint4 *>(&Bs[idx / 4][(idx % 4) * 32]);
 #pragma unroll
             for (int v = 0; v < 4; v++)
@@ -164,7 +205,7 @@ __device__ void store_tile(const tile_regs &r, const float *lut,
     }
 }
 
-template <bool MX, int STAGE>
+template <int FMT, int STAGE>
 __global__ void __launch_bounds__(EXPERT_THREADS) expert_gemm_kernel(gemm_args p) {
     __shared__ __align__(128) uint16_t As[EXPERT_BM][EXPERT_BK + EXPERT_PAD];
     __shared__ __align__(128) uint16_t Bs[EXPERT_BN][EXPERT_BK + EXPERT_PAD];
@@ -192,12 +233,12 @@ __global__ void __launch_bounds__(EXPERT_THREADS) expert_gemm_kernel(gemm_args p
     wmma::fill_fragment(acc[1], 0.0f);
 
     tile_regs regs;
-    load_tile<MX>(p, tile.expert, n0, 0, row_src, regs);
+    load_tile<FMT>(p, tile.expert, n0, 0, row_src, regs);
     for (int k0 = 0; k0 < p.Kdim; k0 += EXPERT_BK) {
-        store_tile<MX>(regs, lut, As, Bs);
+        store_tile<FMT>(regs, lut, As, Bs);
         __syncthreads();
         if (k0 + EXPERT_BK < p.Kdim) /* the next tile's loads fly while this one multiplies */
-            load_tile<MX>(p, tile.expert, n0, k0 + EXPERT_BK, row_src, regs);
+            load_tile<FMT>(p, tile.expert, n0, k0 + EXPERT_BK, row_src, regs);
 #pragma unroll
         for (int ks = 0; ks < EXPERT_BK; ks += 16) {
             wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
@@ -219,14 +260,19 @@ __global__ void __launch_bounds__(EXPERT_THREADS) expert_gemm_kernel(gemm_args p
                                 wmma::mem_row_major);
     __syncthreads();
 
+    /* NVFP4: the expert's scale2 times each block dot product, one fp32 rounding (__fmul_rn:
+     * never contracted); the other formats skip it */
+    const float s2 = FMT == FMT_NVFP4 ? p.w_scale2[tile.expert] : 1.0f;
     if (STAGE == 1) { /* column 2j is g_j, 2j+1 is u_j: h_j = bf16(silu(bf16(g)) * bf16(u)) */
         const int IL = p.N / 2;
         for (int idx = (int)threadIdx.x; idx < EXPERT_BM * EXPERT_BN / 2; idx += EXPERT_THREADS) {
             const int r = idx / (EXPERT_BN / 2), j = idx % (EXPERT_BN / 2);
             const int a = row_src[r];
             if (a < 0 || n0 + 2 * j >= p.N) continue;
-            const double g = (double)round_bf16(Cs[r][2 * j]);
-            const double u = (double)round_bf16(Cs[r][2 * j + 1]);
+            const float gs = FMT == FMT_NVFP4 ? __fmul_rn(Cs[r][2 * j], s2) : Cs[r][2 * j];
+            const float us = FMT == FMT_NVFP4 ? __fmul_rn(Cs[r][2 * j + 1], s2) : Cs[r][2 * j + 1];
+            const double g = (double)round_bf16(gs);
+            const double u = (double)round_bf16(us);
             const double h = g / (1.0 + exp(-g)) * u;
             p.h_out[(size_t)a * IL + n0 / 2 + j] = bf16_bits((float)h);
         }
@@ -235,7 +281,7 @@ __global__ void __launch_bounds__(EXPERT_THREADS) expert_gemm_kernel(gemm_args p
             const int r = idx / EXPERT_BN, c = idx % EXPERT_BN;
             const int a = row_src[r];
             if (a < 0 || n0 + c >= p.N) continue;
-            p.y_out[(size_t)a * p.N + n0 + c] = Cs[r][c];
+            p.y_out[(size_t)a * p.N + n0 + c] = FMT == FMT_NVFP4 ? __fmul_rn(Cs[r][c], s2) : Cs[r][c];
         }
     }
 }
@@ -248,11 +294,14 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
     if (grid.y > 65535u)
         return moe_fail(err, MOE_ERR_UNSUPPORTED, "cuda: expert GEMM%d output width %d too large",
                         STAGE, p.N);
-    if (ex->mxfp4) {
-        expert_gemm_kernel<true, STAGE><<<grid, EXPERT_THREADS, 0, stream>>>(p);
+    if (ex->nvfp4) {
+        expert_gemm_kernel<FMT_NVFP4, STAGE><<<grid, EXPERT_THREADS, 0, stream>>>(p);
+        LAUNCH_CHECK(STAGE == 1 ? "expert_gemm_kernel<nvfp4, gemm1>" : "expert_gemm_kernel<nvfp4, gemm2>");
+    } else if (ex->mxfp4) {
+        expert_gemm_kernel<FMT_MXFP4, STAGE><<<grid, EXPERT_THREADS, 0, stream>>>(p);
         LAUNCH_CHECK(STAGE == 1 ? "expert_gemm_kernel<mxfp4, gemm1>" : "expert_gemm_kernel<mxfp4, gemm2>");
     } else {
-        expert_gemm_kernel<false, STAGE><<<grid, EXPERT_THREADS, 0, stream>>>(p);
+        expert_gemm_kernel<FMT_BF16, STAGE><<<grid, EXPERT_THREADS, 0, stream>>>(p);
         LAUNCH_CHECK(STAGE == 1 ? "expert_gemm_kernel<bf16, gemm1>" : "expert_gemm_kernel<bf16, gemm2>");
     }
     return MOE_OK;
@@ -264,8 +313,9 @@ moe_status moe_cuda_expert_gemm1(cudaStream_t stream, const moe_cuda_experts *ex
                                  const uint16_t *x, const int32_t *counts, const int32_t *perm,
                                  const moe_cuda_tile *tiles, const int32_t *n_tiles,
                                  uint16_t *h, moe_error *err) {
-    gemm_args p = {x,      K,     ex->w13_mx, ex->w13_scale, ex->w13_bf16, 2 * ex->IL, ex->D, T,
-                   counts, perm,  tiles,      n_tiles,       h,            NULL};
+    gemm_args p = {x,      K,     ex->w13_mx, ex->w13_scale, ex->w13_scale2, ex->w13_bf16, 2 * ex->IL,
+                   ex->D,  T,     counts,     perm,          tiles,          n_tiles,      h,
+                   NULL};
     return launch<1>(stream, ex, T, K, p, err);
 }
 
@@ -273,7 +323,8 @@ moe_status moe_cuda_expert_gemm2(cudaStream_t stream, const moe_cuda_experts *ex
                                  const uint16_t *h, const int32_t *counts, const int32_t *perm,
                                  const moe_cuda_tile *tiles, const int32_t *n_tiles, float *y,
                                  moe_error *err) {
-    gemm_args p = {h,      1,    ex->w2_mx, ex->w2_scale, ex->w2_bf16, ex->D, ex->IL, T,
-                   counts, perm, tiles,     n_tiles,      NULL,        y};
+    gemm_args p = {h,     1,  ex->w2_mx, ex->w2_scale, ex->w2_scale2, ex->w2_bf16, ex->D,
+                   ex->IL, T, counts,    perm,         tiles,         n_tiles,     NULL,
+                   y};
     return launch<2>(stream, ex, T, K, p, err);
 }

@@ -94,16 +94,19 @@ moe_status moe_cuda_group(cudaStream_t stream, int T, int K, int E, int expert_f
 
 /* ---------------------------------------------------------------- routed experts (cuda_experts.cu) */
 
-/* Routed expert weights as the device holds them (one of the two formats). */
+/* Routed expert weights as the device holds them (one of the three formats). */
 typedef struct {
     const uint8_t *w13_mx;    /* [E, 2*IL, D/2] */
-    const uint8_t *w13_scale; /* [E, 2*IL, D/32] */
+    const uint8_t *w13_scale; /* [E, 2*IL, D/B] (B = 32 MXFP4, 16 NVFP4) */
     const uint8_t *w2_mx;     /* [E, D, IL/2] */
-    const uint8_t *w2_scale;  /* [E, D, IL/32] */
+    const uint8_t *w2_scale;  /* [E, D, IL/B] */
+    const float *w13_scale2;  /* [E] NVFP4 only */
+    const float *w2_scale2;   /* [E] NVFP4 only */
     const uint16_t *w13_bf16; /* [E, 2*IL, D] */
     const uint16_t *w2_bf16;  /* [E, D, IL] */
     int E, D, IL;
-    bool mxfp4;
+    bool mxfp4;               /* MXFP4 (the GEMV kernels read only this one) */
+    bool nvfp4;               /* NVFP4 (grouped tensor-core GEMMs) */
 } moe_cuda_experts;
 
 /* GEMM1 + SwiGLU: x [T, D] bf16 -> h [T*K, IL] bf16 for every grouped assignment. */
