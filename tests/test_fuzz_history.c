@@ -16,12 +16,15 @@
  *   - odd_T_fault is judged DETERMINISTIC and leaves no sequence;
  *   - the sequence file round-trips; a bad header or case line fails naming the line;
  *   - the stress plan over ref and blas passes its history check (determinism across history);
- *   - a case that would hold more than FUZZ_MAX_PATHS results fails loudly.
+ *   - a case that would hold more than FUZZ_MAX_PATHS results fails loudly;
+ *   - the command: `fuzz --replay` of the kept sequence reports its rate and the standard last
+ *     line, `fuzz --stress` runs and summarises, a missing or bad sequence file exits 2.
  */
 #include "test_support.h"
 
 #include "checkpoint_fixture.h"
 #include "harness/fuzz_flaky.h"
+#include "harness/commands.h"
 #include "harness/fuzz_stress.h"
 
 #include <fcntl.h>
@@ -333,6 +336,67 @@ static void test_too_many_paths_fail_loudly(void **state) {
     assert_msg_has(err, "FUZZ_MAX_PATHS");
 }
 
+/* The whole file as text (buf of cap bytes). */
+static const char *slurp(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = 0;
+    return buf;
+}
+
+/* `inkling-moe fuzz ARGS` in this process, stdout and stderr into files; returns the exit
+ * status, the stdout text in *text and the stderr text in *errs (static buffers). */
+static int fuzz_cli(const char *const *args, const char **text, const char **errs) {
+    char *argv[32];
+    int argc = 0;
+    for (; args[argc]; argc++) argv[argc] = (char *)args[argc];
+    char out[700], err[700];
+    snprintf(out, sizeof out, "%s/cli.txt", dir);
+    snprintf(err, sizeof err, "%s/cli.err", dir);
+    fflush(stdout);
+    fflush(stderr);
+    int saved1 = dup(1), saved2 = dup(2);
+    int fd1 = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fd2 = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (saved1 < 0 || saved2 < 0 || fd1 < 0 || fd2 < 0) fail_msg("cannot redirect stdout and stderr");
+    dup2(fd1, 1), dup2(fd2, 2);
+    int rc = cmd_fuzz(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved1, 1), dup2(saved2, 2);
+    close(saved1), close(saved2), close(fd1), close(fd2);
+    static char out_text[1 << 16], err_text[4096];
+    *text = slurp(out, out_text, sizeof out_text);
+    *errs = slurp(err, err_text, sizeof err_text);
+    return rc;
+}
+
+static void test_command(void **state) {
+    (void)state;
+    const char *text, *errs;
+    const char *replay[] = {"--replay", "fuzz/regressions/history-grow-shrink.seq", "--repeat", "2",
+                            "--paths", "blas", "--report-dir", dir, NULL};
+    assert_int_equal(fuzz_cli(replay, &text, &errs), 0);
+    if (!strstr(text, "failure rate: 0 of 2 repetitions failed on any")) fail_msg("%s", text);
+    if (!strstr(text, " passed, 0 failed, ")) fail_msg("%s", text);
+    const char *stress[] = {"--stress", "--max-cases", "6", "--seconds", "60", "--seed", "4", "--suite", "smoke",
+                            "--paths", "blas", "--report-dir", dir, "--regress-dir", dir, NULL};
+    assert_int_equal(fuzz_cli(stress, &text, &errs), 0);
+    if (!strstr(text, "stress summary (seed 4): 6 cases")) fail_msg("%s", text);
+    if (!strstr(text, " passed, 0 failed, ")) fail_msg("%s", text);
+    char bad[700];
+    snprintf(bad, sizeof bad, "%s/bad.seq", dir);
+    FILE *f = fopen(bad, "w");
+    fprintf(f, "sequence check=envelope\n");
+    fclose(f);
+    const char *bad_args[] = {"--replay", bad, NULL};
+    assert_int_equal(fuzz_cli(bad_args, &text, &errs), 2);
+    if (!strstr(errs, "bad.seq line 1")) fail_msg("stderr: %s", errs);
+    const char *missing[] = {"--replay", "no/such/file.seq", NULL};
+    assert_int_equal(fuzz_cli(missing, &text, &errs), 2);
+    if (!strstr(errs, "no/such/file.seq")) fail_msg("stderr: %s", errs);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_reuses_and_evicts),
@@ -342,6 +406,7 @@ int main(void) {
         cmocka_unit_test(test_sequence_file),
         cmocka_unit_test(test_stress_plan_over_cpu_paths),
         cmocka_unit_test(test_too_many_paths_fail_loudly),
+        cmocka_unit_test(test_command),
     };
     return cmocka_run_group_tests_name("fuzz_history", tests, setup, teardown);
 }
