@@ -12,7 +12,13 @@
  *     other rows of the same GEMM batches correct;
  *   - weight matrices cut into whole tiles and a partial last one match the reference;
  *   - results are bitwise identical for 1 and 2 threads and from one call to the next;
- *   - the exact contract is refused with the reason; the route entry is the reference's.
+ *   - the exact contract is refused with the reason; the route entry is the reference's;
+ *   - the fused decode-and-dot kernels (AVX-512 BF16, AVX2/FMA, portable) each give an fp32
+ *     dot product within the worst-case bound of any summation order, across chunk, scale
+ *     group and odd-row boundaries; the BF16 kernel is used only where it is exact (no
+ *     subnormal input, product or sum), which a subnormal activation and a tiny scale prove;
+ *   - both routes (fused for every group, sgemm for every group) and each kernel stay inside
+ *     the envelope, bitwise the same for 1 and 2 threads.
  * Without OpenBLAS in the build the backend is unavailable and every test skips.
  */
 #include "test_support.h"
@@ -27,6 +33,8 @@
 #include "../opt/blas/blas_internal.h"
 #endif
 
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -170,8 +178,8 @@ static void test_partial_tiles_match_reference(void **state) {
 }
 #endif
 
-/* The shape of the production layer scaled down, with 64 tokens: several tokens per expert,
- * so the grouped sgemm (not only sgemv) paths run. */
+/* The shape of the production layer scaled down, with 64 tokens: several tokens per expert
+ * (the fused kernels' token blocks; test_each_route_and_kernel runs the sgemm route too). */
 static const moe_config mid_cfg = {128, 64, 16, 6, 2, 8.0f, true, true, MOE_ROUTED_MXFP4};
 
 static void test_nonfinite_rows(void **state) {
@@ -441,6 +449,184 @@ static void test_tile_decode_is_exact(void **state) {
 #endif
 }
 
+#ifdef MOE_HAVE_OPENBLAS
+/* m (MXFP4 [rows, cols]) times n activation rows x [n, cols] (bf16 values) on the current
+ * kernel, each element checked against the exact dot within (cols - 1) u sum |w||x|, the bound
+ * of any fp32 summation order, plus the envelope's absolute floor. */
+static void check_fused_dots(const ref_matrix *m, const float *x, int n, const char *label) {
+    const int rows = m->rows, cols = m->cols;
+    const size_t stride = blas_fused_stride(cols);
+    uint16_t *act = malloc((size_t)n * stride * sizeof(uint16_t));
+    float *out = malloc((size_t)n * rows * sizeof(float));
+    double *w = malloc((size_t)cols * sizeof(double));
+    assert_true(act && out && w);
+    blas_act_range ar = {0, 0, true};
+    for (int p = 0; p < n; p++) {
+        blas_act_range r = blas_fused_arrange(x + (size_t)p * cols, cols, act + (size_t)p * stride);
+        ar = p ? blas_act_range_merge(ar, r) : r;
+    }
+    /* Rows 1..rows-1: an odd count when rows is even, so both row pairs and a lone row run. */
+    blas_fused_rows(m, blas_scale_range_of(m), 1, rows - 1, act, n, ar, out, rows);
+    for (int r = 1; r < rows; r++) {
+        ref_matrix_row(m, r, w);
+        for (int p = 0; p < n; p++) {
+            double exact = 0.0, size = 0.0;
+            for (int c = 0; c < cols; c++) {
+                exact += w[c] * (double)x[(size_t)p * cols + c];
+                size += fabs(w[c] * (double)x[(size_t)p * cols + c]);
+            }
+            double got = out[(size_t)p * rows + r - 1];
+            if (!(fabs(got - exact) <= (cols - 1) * 0x1p-24 * size + 0x1p-120))
+                fail_msg("%s: row %d token %d of %dx%d: %.9g, exact %.9g (size %g)", label, r, p,
+                         rows, cols, got, exact, size);
+        }
+    }
+    free(act), free(out), free(w);
+}
+
+/* A random MXFP4 matrix [rows, cols] with scale bytes in [s_lo, s_hi] and activations
+ * x [n, cols] ~ N(0, 1) in bf16. */
+static void random_fused_case(moe_rng *rng, int rows, int cols, int s_lo, int s_hi, int n,
+                              uint8_t *packed, uint8_t *scales, float *x) {
+    for (int i = 0; i < rows * cols / 2; i++) packed[i] = (uint8_t)moe_rng_int(rng, 0, 255);
+    for (int i = 0; i < rows * cols / 32; i++) scales[i] = (uint8_t)moe_rng_int(rng, s_lo, s_hi);
+    for (int i = 0; i < n * cols; i++) x[i] = moe_round_bf16((float)moe_rng_normal(rng));
+}
+
+static void test_fused_kernels_are_fp32_dots(void **state) {
+    (void)state;
+    /* 32: one tail chunk; 96: a chunk and a tail; 544: 17 scale blocks, past one scale group of
+     * the BF16 kernel, and a tail; 1024: two whole groups. */
+    static const int col_counts[] = {32, 96, 544, 1024};
+    static const int token_counts[] = {1, 3, 4, 5, 9};
+    static const blas_fused_kernel kernels[] = {BLAS_FUSED_AUTO, BLAS_FUSED_AVX2, BLAS_FUSED_PORTABLE};
+    enum { ROWS = 6, MAX_COLS = 1024, MAX_N = 9 };
+    static uint8_t packed[ROWS * MAX_COLS / 2], scales[ROWS * MAX_COLS / 32];
+    static float x[MAX_N * MAX_COLS];
+    moe_rng rng = moe_rng_make(15, 1);
+    for (int k = 0; k < 3; k++) {
+        blas_fused_force_kernel(kernels[k]);
+        for (int ci = 0; ci < 4; ci++)
+            for (int ni = 0; ni < 5; ni++) {
+                const int cols = col_counts[ci], n = token_counts[ni];
+                random_fused_case(&rng, ROWS, cols, 110, 130, n, packed, scales, x);
+                ref_matrix m = {packed, scales, NULL, ROWS, cols, NULL, NULL};
+                char label[64];
+                snprintf(label, sizeof label, "kernel %d", (int)blas_fused_kernel_for(true));
+                check_fused_dots(&m, x, n, label);
+            }
+    }
+    blas_fused_force_kernel(BLAS_FUSED_AUTO);
+}
+
+/* Where vdpbf16ps would flush (a subnormal activation, a tiny scale), the BF16 kernel is not
+ * used and the result is still the exact one. */
+static void test_fused_bf16_only_where_exact(void **state) {
+    (void)state;
+    enum { ROWS = 2, COLS = 64 };
+    uint8_t packed[ROWS * COLS / 2], scales[ROWS * COLS / 32];
+    float x[COLS];
+    memset(packed, 0, sizeof packed);
+    memset(x, 0, sizeof x);
+    memset(scales, 200, sizeof scales);
+    ref_matrix m = {packed, scales, NULL, ROWS, COLS, NULL, NULL};
+    uint16_t act[COLS];
+    float out[ROWS];
+    /* Row 1, column 5 holds code 6 (4.0): weight 4 * 2^73; x[5] = 2^-130, a bf16 subnormal.
+     * Their product, 2^-55, is the whole dot product. */
+    packed[COLS / 2 + 2] = 0x60;
+    const uint32_t tiny_bits = 0x00080000u; /* 2^-130 */
+    memcpy(&x[5], &tiny_bits, sizeof x[5]);
+    blas_act_range ar = blas_fused_arrange(x, COLS, act);
+    assert_false(ar.plain);
+    assert_false(blas_fused_bf16_exact(blas_scale_range_of(&m), ar, COLS));
+    blas_fused_rows(&m, blas_scale_range_of(&m), 0, ROWS, act, 1, ar, out, ROWS);
+    assert_true(out[0] == 0.0f && out[1] == 0x1p-55f);
+
+    /* Normal activations at the edge: x = 2^e, weight 0.5 * 2^(s - 127); the guard admits
+     * e + s >= 9, where the product is at least 2^-126. */
+    x[5] = 0x1p-100f;
+    ar = blas_fused_arrange(x, COLS, act);
+    assert_true(ar.plain && ar.exp_min == -100);
+    packed[COLS / 2 + 2] = 0x10; /* code 1: 0.5 */
+    memset(scales, 109, sizeof scales);
+    assert_true(blas_fused_bf16_exact(blas_scale_range_of(&m), ar, COLS));
+    blas_fused_rows(&m, blas_scale_range_of(&m), 0, ROWS, act, 1, ar, out, ROWS);
+    assert_true(out[1] == 0x1p-119f);
+    memset(scales, 108, sizeof scales);
+    assert_false(blas_fused_bf16_exact(blas_scale_range_of(&m), ar, COLS));
+    scales[0] = 1; /* a weight that would be a bf16 subnormal */
+    memset(scales + 1, 200, sizeof scales - 1);
+    assert_false(blas_fused_bf16_exact(blas_scale_range_of(&m), ar, COLS));
+    scales[0] = 2; /* the smallest byte whose weights are normal bf16 */
+    x[5] = 0x1p7f;
+    ar = blas_fused_arrange(x, COLS, act);
+    assert_true(blas_fused_bf16_exact(blas_scale_range_of(&m), ar, COLS));
+    blas_fused_rows(&m, blas_scale_range_of(&m), 0, ROWS, act, 1, ar, out, ROWS);
+    assert_true(out[0] == 0.0f && out[1] == 0x1p79f);
+}
+#endif
+
+/* Every group on one route (fused, then sgemm), and the fused route on each kernel: inside the
+ * envelope, and bitwise the same for 1 and 2 threads. */
+static void test_each_route_and_kernel(void **state) {
+    (void)state;
+    if (!blas_here()) skip();
+#ifdef MOE_HAVE_OPENBLAS
+    static const struct {
+        int fused_below;
+        blas_fused_kernel kernel;
+        const char *name;
+    } routes[] = {{INT_MAX, BLAS_FUSED_AUTO, "fused"},
+                  {0, BLAS_FUSED_AUTO, "sgemm"},
+                  {INT_MAX, BLAS_FUSED_AVX2, "fused avx2"},
+                  {INT_MAX, BLAS_FUSED_PORTABLE, "fused portable"}};
+    moe_rng rng = moe_rng_make(77, 2);
+    for (int ri = 0; ri < 4; ri++) {
+        blas_set_fused_below(routes[ri].fused_below);
+        blas_fused_force_kernel(routes[ri].kernel);
+        for (int i = 0; i < 8; i++) {
+            small_case c = random_case(&rng, 3 * i); /* a multiple of 3: MXFP4 */
+            c.T = i % 2 ? 64 : 7;
+            moe_layer_data ld;
+            moe_error err = {0};
+            assert_int_equal(moe_layer_data_random(&c.cfg, 300 + (uint64_t)i, &ld, &err), MOE_OK);
+            uint16_t *x = malloc((size_t)c.T * c.cfg.D * sizeof(uint16_t));
+            assert_non_null(x);
+            moe_random_input(c.T, c.cfg.D, 40 + (uint64_t)i, x);
+            char label[160];
+            snprintf(label, sizeof label, "%s route, case %d (D=%d I=%d R=%d K=%d T=%d split %d x%d)",
+                     routes[ri].name, i, c.cfg.D, c.cfg.I, c.cfg.R, c.cfg.K, c.T, (int)c.kind, c.n);
+            expect_matches_ref(&ld, c.T, x, c.kind, c.n, c.pad, label);
+            free(x);
+            moe_layer_data_free(&ld);
+        }
+        /* Wide enough that each matrix spans several row blocks shared by the threads. */
+        const moe_config cfg = {544, 288, 8, 3, 1, 8.0f, true, true, MOE_ROUTED_MXFP4};
+        const int T = 24;
+        moe_layer_data ld;
+        moe_error err = {0};
+        assert_int_equal(moe_layer_data_random(&cfg, 13, &ld, &err), MOE_OK);
+        uint16_t *x = malloc((size_t)T * cfg.D * sizeof(uint16_t));
+        assert_non_null(x);
+        moe_random_input(T, cfg.D, 14, x);
+        moe_split whole = {MOE_SPLIT_NONE, 1, 0, 0};
+        moe_shard sh;
+        assert_int_equal(moe_shard_build(&cfg, &ld.w, &whole, &sh, &err), MOE_OK);
+        full_run one, two;
+        run_all_stages(&sh, 1, T, x, &one);
+        run_all_stages(&sh, 2, T, x, &two);
+        assert_same_bits(&one, &two, &sh, T);
+        full_run_free(&one), full_run_free(&two);
+        moe_shard_free(&sh);
+        free(x);
+        moe_layer_data_free(&ld);
+    }
+    blas_set_fused_below(-1);
+    blas_fused_force_kernel(BLAS_FUSED_AUTO);
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unavailable_or_supports),
@@ -453,6 +639,11 @@ int main(void) {
         cmocka_unit_test(test_deterministic_across_threads),
         cmocka_unit_test(test_planted_bugs_are_caught),
         cmocka_unit_test(test_route_entry_is_the_reference),
+#ifdef MOE_HAVE_OPENBLAS
+        cmocka_unit_test(test_fused_kernels_are_fp32_dots),
+        cmocka_unit_test(test_fused_bf16_only_where_exact),
+#endif
+        cmocka_unit_test(test_each_route_and_kernel),
     };
     return cmocka_run_group_tests_name("blas", tests, NULL, NULL);
 }

@@ -6,20 +6,24 @@
  *     (bf16 -> fp32 is exact; only the accumulation order differs from the reference); every
  *     product with fewer than 4 token rows is one cblas_sgemv per row instead;
  *   - selection and weights: ref_route_token, the reference's own code;
- *   - routed experts, grouped by expert: the rows of x routed to a local expert are gathered,
- *     its weights decoded tile by tile to fp32 and multiplied with cblas_sgemm (NVFP4: the tile
- *     holds code * scale and the products are multiplied by scale2 in fp32); g and u are
- *     rounded to bf16, h = silu(g) * u is formed from them exactly as the reference forms it
- *     (in double) and rounded to bf16; GEMM2 accumulates in fp32 and y_k is kept apart from
+ *   - routed experts, grouped by expert: the rows of x routed to a local expert are gathered;
+ *     an MXFP4 expert with fewer than BLAS_FUSED_BELOW rows runs the fused decode-and-dot
+ *     kernels (blas_fused.c) on bf16 copies of the rows; a larger group, or bf16 or NVFP4
+ *     weights, has its weights decoded tile by tile to fp32 and multiplied with cblas_sgemm
+ *     (NVFP4: the tile holds code * scale and the products are multiplied by scale2 in fp32);
+ *     g and u are rounded to bf16, h = silu(g) * u is formed from them exactly as the
+ *     reference forms it (in double) and rounded to bf16; GEMM2 accumulates in fp32 and y_k is kept apart from
  *     the routing weight, which multiplies after W2 (SPEC §1);
  *   - sinks: every token runs every sink through the same tile code, the gamma multiplying h
  *     before W2; the sink sum is added in fp32 in sink order;
  *   - output per token, in fp32 and a fixed order: slots k = 0..K-1 (w_k * y_k, slots whose
  *     expert this rank does not hold skipped), then the sink sum; rounded to bf16 once;
- *   - determinism: the tiling depends only on the shapes, never on the thread count; OpenMP
- *     threads take whole tiles, each tile is one single-threaded sgemm writing its own part of
- *     the result (OpenBLAS's own threading changes sgemm's bits, so it is held at 1 during a
- *     call and restored after), so the result is bitwise the same for any thread count;
+ *   - determinism: the tiling and the route of each expert depend only on the shapes and the
+ *     group sizes, never on the thread count; OpenMP threads take whole tiles (experts x row
+ *     blocks, so one token keeps every core busy), each tile is one single-threaded sgemm or one
+ *     fused call writing its own part of the result (OpenBLAS's own threading changes sgemm's
+ *     bits, so it is held at 1 during a call and restored after), so the result is bitwise the
+ *     same for any thread count;
  *   - non-finite input rows (SPEC §1): their fp32 copy is zeroed so no NaN enters a GEMM
  *     batch; afterwards they get NaN logits, weights, output, sink_h and sink_y, zero
  *     routed_h and routed_y, and ids 0..K-1, as the reference writes them.
@@ -37,10 +41,14 @@
 
 /* Tiling constants (BLAS_TILE_FLOATS, BLAS_GATE_CHUNK, BLAS_SGEMV_BELOW): blas_internal.h. */
 
+static int fused_below = BLAS_FUSED_BELOW;
+void blas_set_fused_below(int rows) { fused_below = rows < 0 ? BLAS_FUSED_BELOW : rows; }
+
 typedef struct {
     const moe_shard *shard;
     int n_threads;
     float *gate_f32; /* [G, D] fp32 copy of the bf16 gate */
+    blas_scale_range *scales13, *scales2; /* [n_local_experts] (MXFP4 only) */
 } blas_state;
 
 /* One unit of parallel work: a tile of one weight matrix applied to one group of tokens. */
@@ -89,6 +97,8 @@ static void blas_destroy(void *p) {
     blas_state *s = p;
     if (!s) return;
     free(s->gate_f32);
+    free(s->scales13);
+    free(s->scales2);
     free(s);
 }
 
@@ -105,6 +115,22 @@ static moe_status blas_create(const moe_shard *sh, const moe_options *opt, void 
         return moe_fail(err, MOE_ERR_NOMEM, "blas: out of memory for the fp32 gate [R+S, D]");
     }
     for (size_t i = 0; i < GD; i++) s->gate_f32[i] = moe_bf16_to_f32(sh->gate_w[i]);
+    if (sh->cfg.routed_format == MOE_ROUTED_MXFP4) {
+        const int E = sh->n_local_experts;
+        s->scales13 = malloc((size_t)(E > 0 ? E : 1) * sizeof(blas_scale_range));
+        s->scales2 = malloc((size_t)(E > 0 ? E : 1) * sizeof(blas_scale_range));
+        if (!s->scales13 || !s->scales2) {
+            blas_destroy(s);
+            return moe_fail(err, MOE_ERR_NOMEM, "blas: out of memory for the scale ranges");
+        }
+#pragma omp parallel for num_threads(s->n_threads) schedule(dynamic, 1)
+        for (int e = 0; e < E; e++) {
+            ref_matrix w13, w2;
+            ref_routed_matrices(sh, e, &w13, &w2);
+            s->scales13[e] = blas_scale_range_of(&w13);
+            s->scales2[e] = blas_scale_range_of(&w2);
+        }
+    }
     *out = s;
     return MOE_OK;
 }
@@ -145,14 +171,10 @@ static void apply_scale2(const ref_matrix *m, int n, int cols, float *c, int ldc
         for (int j = 0; j < cols; j++) c[(size_t)p * ldc + j] *= s2;
 }
 
-/* GEMM1 on channels [j0, j0+len) of one expert for n tokens, then h.
- * x [n, D]; gamma [n] or NULL (1); tile [2*len, D] and gu [n, 2*len] scratch;
- * h [n, ldh]: columns [j0, j0+len) are written. */
-static void gemm1_tile(const ref_matrix *w13, const float *x, int n, int D, const float *gamma,
-                       int j0, int len, float *tile, float *gu, float *h, int ldh) {
-    blas_decode_rows(w13, 2 * j0, 2 * len, tile);
-    times_tile(n, 2 * len, D, x, D, tile, gu, 2 * len);
-    apply_scale2(w13, n, 2 * len, gu, 2 * len);
+/* h on channels [j0, j0+len) from GEMM1's products gu [n, 2*len] (g, u of each channel
+ * side by side); gamma [n] or NULL (1); h [n, ldh]: columns [j0, j0+len) are written. */
+static void h_from_gu(const float *gu, int n, int len, const float *gamma, int j0, float *h,
+                      int ldh) {
     for (int p = 0; p < n; p++) {
         const float *row = gu + (size_t)p * 2 * len;
         const double gam = gamma ? (double)gamma[p] : 1.0;
@@ -164,6 +186,17 @@ static void gemm1_tile(const ref_matrix *w13, const float *x, int n, int D, cons
             h[(size_t)p * ldh + j0 + j] = moe_round_bf16((float)(silu(g) * u * gam));
         }
     }
+}
+
+/* GEMM1 on channels [j0, j0+len) of one expert for n tokens, then h.
+ * x [n, D]; gamma [n] or NULL (1); tile [2*len, D] and gu [n, 2*len] scratch;
+ * h [n, ldh]: columns [j0, j0+len) are written. */
+static void gemm1_tile(const ref_matrix *w13, const float *x, int n, int D, const float *gamma,
+                       int j0, int len, float *tile, float *gu, float *h, int ldh) {
+    blas_decode_rows(w13, 2 * j0, 2 * len, tile);
+    times_tile(n, 2 * len, D, x, D, tile, gu, 2 * len);
+    apply_scale2(w13, n, 2 * len, gu, 2 * len);
+    h_from_gu(gu, n, len, gamma, j0, h, ldh);
 }
 
 /* GEMM2 on output rows [d0, d0+len) of one expert for n tokens.
@@ -194,6 +227,11 @@ typedef struct {
     float *ys;          /* [S, T, D] per-sink y; ys[0] becomes the sink sum */
     float *scratch;     /* [n_threads, tile_floats + T * gu_floats] */
     blas_item *items;   /* work lists */
+    unsigned char *fused; /* [E] whether expert e takes the fused kernels */
+    uint16_t *xa;       /* [P, blas_fused_stride(D)] arranged rows of fused experts */
+    uint16_t *ha;       /* [P, blas_fused_stride(I_local)] arranged h of fused experts */
+    blas_act_range *pair_range; /* [P] */
+    blas_act_range *range;      /* [E] merged over each expert's rows */
 } blas_work;
 
 static void work_free(blas_work *w) {
@@ -214,6 +252,11 @@ static void work_free(blas_work *w) {
     free(w->ys);
     free(w->scratch);
     free(w->items);
+    free(w->fused);
+    free(w->xa);
+    free(w->ha);
+    free(w->pair_range);
+    free(w->range);
 }
 
 static void *alloc_or_flag(size_t n, size_t size, bool *failed) {
@@ -246,6 +289,23 @@ static int group_by_expert(const moe_shard *sh, int T, blas_work *w) {
             w->pair_token[*slot] = t;
         }
     return w->offset[E];
+}
+
+/* For every pair q of a fused expert: row q of src [P, cols] arranged into dst [P, stride];
+ * then w->range[e] is the merged range of expert e's rows. */
+static void arrange_fused_rows(blas_work *w, int E, const float *src, int cols, uint16_t *dst,
+                               int nt) {
+    const size_t stride = blas_fused_stride(cols);
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int e = 0; e < E; e++)
+        for (int q = w->offset[e]; w->fused[e] && q < w->offset[e + 1]; q++)
+            w->pair_range[q] = blas_fused_arrange(src + (size_t)q * cols, cols, dst + (size_t)q * stride);
+    for (int e = 0; e < E; e++) {
+        if (!w->fused[e]) continue;
+        w->range[e] = w->pair_range[w->offset[e]];
+        for (int q = w->offset[e] + 1; q < w->offset[e + 1]; q++)
+            w->range[e] = blas_act_range_merge(w->range[e], w->pair_range[q]);
+    }
 }
 
 static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, moe_stages *st,
@@ -338,6 +398,11 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
     w.xg = alloc_or_flag((size_t)P * D, sizeof(float), &nomem);
     w.hg = alloc_or_flag((size_t)P * IL, sizeof(float), &nomem);
     w.yg = alloc_or_flag((size_t)P * D, sizeof(float), &nomem);
+    w.fused = alloc_or_flag((size_t)E, 1, &nomem);
+    w.xa = alloc_or_flag((size_t)P * blas_fused_stride(D), sizeof(uint16_t), &nomem);
+    w.ha = alloc_or_flag((size_t)P * blas_fused_stride(IL), sizeof(uint16_t), &nomem);
+    w.pair_range = alloc_or_flag((size_t)P, sizeof(blas_act_range), &nomem);
+    w.range = alloc_or_flag((size_t)E, sizeof(blas_act_range), &nomem);
     if (nomem) {
         openblas_set_num_threads(blas_threads);
         work_free(&w);
@@ -346,6 +411,13 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int q = 0; q < P; q++)
         memcpy(w.xg + (size_t)q * D, w.xf + (size_t)w.pair_token[q] * D, (size_t)D * sizeof(float));
+
+    /* Small MXFP4 groups take the fused kernels (a function of the group sizes only). */
+    for (int e = 0; e < E; e++) {
+        const int n = w.offset[e + 1] - w.offset[e];
+        w.fused[e] = s->scales13 && n > 0 && n < fused_below;
+    }
+    arrange_fused_rows(&w, E, w.xg, D, w.xa, nt);
 
     /* GEMM1 (+ h) over every (expert, channel tile) and (sink, channel tile). */
     int n_items = list_items(w.items, E, w.offset, IL, r_ch, S, T, SIL, s_ch);
@@ -357,8 +429,16 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
         if (it.expert >= 0) {
             ref_routed_matrices(sh, it.expert, &w13, &w2);
             int q0 = w.offset[it.expert], n = w.offset[it.expert + 1] - q0;
-            gemm1_tile(&w13, w.xg + (size_t)q0 * D, n, D, NULL, it.start, it.len, tile,
-                       tile + tile_floats, w.hg + (size_t)q0 * IL, IL);
+            if (w.fused[it.expert]) {
+                float *gu = tile + tile_floats;
+                blas_fused_rows(&w13, s->scales13[it.expert], 2 * it.start, 2 * it.len,
+                                w.xa + (size_t)q0 * blas_fused_stride(D), n, w.range[it.expert],
+                                gu, 2 * it.len);
+                h_from_gu(gu, n, it.len, NULL, it.start, w.hg + (size_t)q0 * IL, IL);
+            } else {
+                gemm1_tile(&w13, w.xg + (size_t)q0 * D, n, D, NULL, it.start, it.len, tile,
+                           tile + tile_floats, w.hg + (size_t)q0 * IL, IL);
+            }
         } else {
             int sk = -1 - it.expert;
             ref_sink_matrices(sh, sk, &w13, &w2);
@@ -366,6 +446,8 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
                        tile + tile_floats, w.hs + (size_t)sk * SIL, S * SIL);
         }
     }
+
+    arrange_fused_rows(&w, E, w.hg, IL, w.ha, nt);
 
     /* GEMM2 over every (expert, output-row tile) and (sink, output-row tile). */
     n_items = list_items(w.items, E, w.offset, D, r_rows, S, T, D, s_rows);
@@ -377,8 +459,13 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
         if (it.expert >= 0) {
             ref_routed_matrices(sh, it.expert, &w13, &w2);
             int q0 = w.offset[it.expert], n = w.offset[it.expert + 1] - q0;
-            gemm2_tile(&w2, w.hg + (size_t)q0 * IL, IL, n, it.start, it.len, tile,
-                       w.yg + (size_t)q0 * D, D);
+            if (w.fused[it.expert])
+                blas_fused_rows(&w2, s->scales2[it.expert], it.start, it.len,
+                                w.ha + (size_t)q0 * blas_fused_stride(IL), n, w.range[it.expert],
+                                w.yg + (size_t)q0 * D + it.start, D);
+            else
+                gemm2_tile(&w2, w.hg + (size_t)q0 * IL, IL, n, it.start, it.len, tile,
+                           w.yg + (size_t)q0 * D, D);
         } else {
             int sk = -1 - it.expert;
             ref_sink_matrices(sh, sk, &w13, &w2);
