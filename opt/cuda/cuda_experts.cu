@@ -20,7 +20,7 @@
  *     reference does) and rounds h once, through fp32, to bf16;
  *   - GEMM2 (h rows of the group) writes y = W2 h in fp32 to the assignment's row.
  */
-#include "cuda_internal.h"
+#include "cuda_device.cuh"
 
 #include <cuda_bf16.h>
 #include <mma.h>
@@ -70,13 +70,6 @@ struct tile_regs {
     uint32_t scale[2]; /* MXFP4: the E8M0 byte; NVFP4: the two E4M3 bytes (low, high half) */
 };
 
-__device__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-
-__device__ uint16_t bf16_bits(float v) {
-    __nv_bfloat16 b = __float2bfloat16_rn(v);
-    return *reinterpret_cast<uint16_t *>(&b);
-}
-
 /* 8 bf16 of a row from column c on, zero past Kdim; vector load when aligned. */
 __device__ uint4 load8(const uint16_t *row, int c, int Kdim, bool vec) {
     if (vec && c + 8 <= Kdim) return *reinterpret_cast<const uint4 *>(row + c);
@@ -88,10 +81,6 @@ __device__ uint4 load8(const uint16_t *row, int c, int Kdim, bool vec) {
     r.z = v[4] | ((uint32_t)v[5] << 16);
     r.w = v[6] | ((uint32_t)v[7] << 16);
     return r;
-}
-
-__device__ float e8m0(uint32_t b) {
-    return __uint_as_float(b == 0 ? 0x00400000u : b << 23); /* 2^-127 is an fp32 subnormal */
 }
 
 /* E4M3 (float8_e4m3fn) exactly; NaN bytes never reach the device (moe_shard_build refuses them). */
@@ -216,15 +205,8 @@ __global__ void __launch_bounds__(EXPERT_THREADS) expert_gemm_kernel(gemm_args p
     if ((int)blockIdx.x >= *p.n_tiles) return;
     const moe_cuda_tile tile = p.tiles[blockIdx.x];
     const int n0 = (int)blockIdx.y * EXPERT_BN;
-    const int rows = min(EXPERT_BM, p.counts[tile.expert] - tile.row0);
-    if (threadIdx.x < EXPERT_BM)
-        row_src[threadIdx.x] = (int)threadIdx.x < rows
-                                   ? p.perm[(size_t)tile.expert * p.T + tile.row0 + threadIdx.x]
-                                   : -1;
-    if (threadIdx.x < 16) {
-        const float magnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-        lut[threadIdx.x] = (threadIdx.x & 8u) ? -magnitude[threadIdx.x & 7u] : magnitude[threadIdx.x & 7u];
-    }
+    const int rows = tile_rows(tile, p.counts, p.perm, p.T, EXPERT_BM, row_src);
+    fill_e2m1_table(lut);
     __syncthreads();
 
     const int warp = (int)threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
@@ -271,10 +253,7 @@ __global__ void __launch_bounds__(EXPERT_THREADS) expert_gemm_kernel(gemm_args p
             if (a < 0 || n0 + 2 * j >= p.N) continue;
             const float gs = FMT == FMT_NVFP4 ? __fmul_rn(Cs[r][2 * j], s2) : Cs[r][2 * j];
             const float us = FMT == FMT_NVFP4 ? __fmul_rn(Cs[r][2 * j + 1], s2) : Cs[r][2 * j + 1];
-            const double g = (double)round_bf16(gs);
-            const double u = (double)round_bf16(us);
-            const double h = g / (1.0 + exp(-g)) * u;
-            p.h_out[(size_t)a * IL + n0 / 2 + j] = bf16_bits((float)h);
+            p.h_out[(size_t)a * IL + n0 / 2 + j] = swiglu_bits(gs, us);
         }
     } else {
         for (int idx = (int)threadIdx.x; idx < EXPERT_BM * EXPERT_BN; idx += EXPERT_THREADS) {

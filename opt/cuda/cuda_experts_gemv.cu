@@ -23,7 +23,7 @@
  * copy ceiling. A version with a register double buffer over several row pairs per warp was
  * no faster (same figures at T = 1, slower at T = 8 and 64) and was dropped.
  */
-#include "cuda_internal.h"
+#include "cuda_device.cuh"
 
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -50,10 +50,6 @@ struct gemv_args {
     float *y_out;           /* stage 2: [T*K, N] */
 };
 
-__device__ __forceinline__ float scale_value(uint32_t b) {
-    return __uint_as_float(b == 0 ? 0x00400000u : b << 23); /* 2^-127 is an fp32 subnormal */
-}
-
 __device__ __forceinline__ uint32_t word_of(const uint4 &v, int j) {
     return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
@@ -66,15 +62,6 @@ __device__ __forceinline__ void unpack8(const uint4 &v, float *f) {
         f[2 * i] = __uint_as_float(w[i] << 16);
         f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
     }
-}
-
-__device__ __forceinline__ uint16_t bf16_bits(float v) {
-    __nv_bfloat16 b = __float2bfloat16_rn(v);
-    return *reinterpret_cast<uint16_t *>(&b);
-}
-
-__device__ __forceinline__ float round_bf16(float v) {
-    return __bfloat162float(__float2bfloat16_rn(v));
 }
 
 /* 32 values of two weight rows (codes c0, c1 with scales s0, s1) against the rows' tokens:
@@ -111,15 +98,8 @@ __global__ void __launch_bounds__(GEMV_THREADS) expert_gemv_kernel(gemv_args p) 
     __shared__ int row_src[GEMV_M];
     if ((int)blockIdx.x >= *p.n_tiles) return;
     const moe_cuda_tile tile = p.tiles[blockIdx.x];
-    const int rows = min(GEMV_M, p.counts[tile.expert] - tile.row0);
-    if (threadIdx.x < GEMV_M)
-        row_src[threadIdx.x] = (int)threadIdx.x < rows
-                                   ? p.perm[(size_t)tile.expert * p.T + tile.row0 + threadIdx.x]
-                                   : -1;
-    if (threadIdx.x < 16) {
-        const float magnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-        lut[threadIdx.x] = (threadIdx.x & 8u) ? -magnitude[threadIdx.x & 7u] : magnitude[threadIdx.x & 7u];
-    }
+    const int rows = tile_rows(tile, p.counts, p.perm, p.T, GEMV_M, row_src);
+    fill_e2m1_table(lut);
     __syncthreads();
 
     const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32;
@@ -155,7 +135,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) expert_gemv_kernel(gemv_args p) 
         for (int u = 0; u < GEMV_UNROLL; u++) {
             const int col = base + u * step + lane * 32;
             if (col < p.Kdim)
-                chunk_dot(c0[u], c1[u], scale_value(s0[u]), scale_value(s1[u]), lut, a_rows, rows,
+                chunk_dot(c0[u], c1[u], e8m0(s0[u]), e8m0(s1[u]), lut, a_rows, rows,
                           col, acc);
         }
     }
@@ -171,8 +151,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) expert_gemv_kernel(gemv_args p) 
         if (m != lane || m >= rows) continue; /* lane m writes token row m */
         const int a = row_src[m];
         if (STAGE == 1) { /* row n is g_j, n + 1 is u_j: h_j = bf16(silu(bf16(g)) * bf16(u)) */
-            const double g = (double)round_bf16(acc[0][m]), u = (double)round_bf16(acc[1][m]);
-            p.h_out[(size_t)a * (p.N / 2) + n / 2] = bf16_bits((float)(g / (1.0 + exp(-g)) * u));
+            p.h_out[(size_t)a * (p.N / 2) + n / 2] = swiglu_bits(acc[0][m], acc[1][m]);
         } else {
             p.y_out[(size_t)a * p.N + n] = acc[0][m];
             p.y_out[(size_t)a * p.N + n + 1] = acc[1][m];
