@@ -69,6 +69,9 @@ static void keep_sequence(fuzz_check check, const fuzz_case *c, const char *path
             int replays = fuzz_sequence_shrink(&seq, tg, rr.repeats, rr.failed, FUZZ_FLAKY_SHRINK_S);
             v->cases_after = seq.n;
             printf("  shrunk to %d cases in %d replays (%.1f s)\n", seq.n, replays, fuzz_now() - t0);
+        } else if (!rr.repeats) {
+            printf("  no replay of the sequence completed within %.0f s: kept whole, not measured\n",
+                   FUZZ_FLAKY_MEASURE_S);
         } else if (!rr.failed) {
             printf("  the sequence did not fail again in %d replays: kept whole\n", rr.repeats);
         }

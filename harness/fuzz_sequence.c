@@ -123,28 +123,39 @@ moe_status fuzz_sequence_save(const char *file, const fuzz_sequence *s, const ch
 
 /* ---------------------------------------------------------------- replay */
 
-/* One repetition on a new pool; *failed_at: the first case index that failed on s->path. */
-static moe_status replay_once(const fuzz_sequence *s, const fuzz_targets *tg, fuzz_replay_result *out,
-                              int *failed_at, moe_error *err) {
+/* One repetition on a new pool; *failed_at: the first case index that failed on s->path.
+ * Past deadline (> 0, fuzz_now() seconds) it stops between cases and leaves *complete false,
+ * and the partial repetition counts for nothing. */
+static moe_status replay_once(const fuzz_sequence *s, const fuzz_targets *tg, double deadline,
+                              fuzz_replay_result *out, int *failed_at, bool *complete, moe_error *err) {
     fuzz_targets live = *tg;
     live.pool = fuzz_pool_new(REPLAY_POOL_BYTES);
     if (!live.pool) return moe_fail(err, MOE_ERR_NOMEM, "replay: out of memory for the pool");
     *failed_at = -1;
+    *complete = false;
     moe_status st = MOE_OK;
     fuzz_case_result res;
-    for (int i = 0; i < s->n && !st; i++) {
+    fuzz_replay_result counts = *out;
+    int i = 0;
+    for (; i < s->n && !st && (deadline <= 0 || fuzz_now() < deadline); i++) {
         st = fuzz_check_case(s->check, &s->cases[i], &live, &res, err);
         for (int k = 0; !st && k < res.n; k++) {
-            out->passed += res.r[k].outcome == FUZZ_PASS;
-            out->fails += res.r[k].outcome == FUZZ_FAIL;
-            out->skipped += res.r[k].outcome == FUZZ_SKIP;
+            counts.passed += res.r[k].outcome == FUZZ_PASS;
+            counts.fails += res.r[k].outcome == FUZZ_FAIL;
+            counts.skipped += res.r[k].outcome == FUZZ_SKIP;
         }
         if (!st && *failed_at < 0 && fuzz_result_failed(&res, s->path)) {
             *failed_at = i;
-            if (out->first_failing_case < 0) out->first_failing_case = i, out->first = res;
+            if (counts.first_failing_case < 0) counts.first_failing_case = i, counts.first = res;
         }
     }
     fuzz_pool_free(live.pool);
+    *complete = !st && i == s->n;
+    if (*complete) {
+        out->passed = counts.passed, out->fails = counts.fails, out->skipped = counts.skipped;
+        if (out->first_failing_case < 0 && counts.first_failing_case >= 0)
+            out->first_failing_case = counts.first_failing_case, out->first = counts.first;
+    }
     return st;
 }
 
@@ -153,11 +164,13 @@ moe_status fuzz_sequence_replay(const fuzz_sequence *s, const fuzz_targets *tg, 
     memset(out, 0, sizeof *out);
     out->first_failing_case = -1;
     const double t0 = fuzz_now();
+    const double deadline = max_seconds > 0 ? t0 + max_seconds : 0;
     for (int r = 0; r < repeat; r++) {
-        if (max_seconds > 0 && r > 0 && fuzz_now() - t0 > max_seconds) break;
         int at;
-        moe_status st = replay_once(s, tg, out, &at, err);
+        bool complete;
+        moe_status st = replay_once(s, tg, deadline, out, &at, &complete, err);
         if (st) return st;
+        if (!complete) break;
         out->repeats++;
         out->failed += at >= 0;
     }
@@ -166,8 +179,10 @@ moe_status fuzz_sequence_replay(const fuzz_sequence *s, const fuzz_targets *tg, 
 
 /* ---------------------------------------------------------------- shrinking */
 
-/* Failing repetitions of s without its cases [from, from + len). */
-static int failures_without(const fuzz_sequence *s, int from, int len, const fuzz_targets *tg, int repeat) {
+/* Failing repetitions of s without its cases [from, from + len); -1 when `repeat` repetitions
+ * did not complete within seconds. */
+static int failures_without(const fuzz_sequence *s, int from, int len, const fuzz_targets *tg, int repeat,
+                            double seconds) {
     fuzz_sequence t = *s;
     t.cases = malloc((size_t)s->n * sizeof *t.cases);
     if (!t.cases) return 0;
@@ -176,7 +191,8 @@ static int failures_without(const fuzz_sequence *s, int from, int len, const fuz
         if (i < from || i >= from + len) t.cases[t.n++] = s->cases[i];
     fuzz_replay_result rr;
     moe_error err;
-    int failed = fuzz_sequence_replay(&t, tg, repeat, 0, &rr, &err) ? 0 : rr.failed;
+    int failed = fuzz_sequence_replay(&t, tg, repeat, seconds, &rr, &err) ? 0 : rr.failed;
+    if (rr.repeats < repeat) failed = -1;
     free(t.cases);
     return failed;
 }
@@ -189,9 +205,12 @@ int fuzz_sequence_shrink(fuzz_sequence *s, const fuzz_targets *tg, int repeat, i
     for (int chunk = (s->n - 1) / 2 > 1 ? (s->n - 1) / 2 : 1; chunk >= 1; chunk /= 2) {
         /* chunks of the earlier cases, from the oldest; the last case always stays */
         for (int from = 0; from + chunk <= s->n - 1;) {
-            if (fuzz_now() - t0 > max_seconds) return replays;
+            const double left = max_seconds - (fuzz_now() - t0);
+            if (left <= 0) return replays;
             replays += repeat;
-            if (failures_without(s, from, chunk, tg, repeat) >= need) {
+            const int failed = failures_without(s, from, chunk, tg, repeat, left);
+            if (failed < 0) return replays;
+            if (failed >= need) {
                 memmove(s->cases + from, s->cases + from + chunk, (size_t)(s->n - from - chunk) * sizeof *s->cases);
                 s->n -= chunk;
             } else {

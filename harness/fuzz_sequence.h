@@ -60,8 +60,9 @@ typedef struct {
     fuzz_case_result first;     /* that case's results, from the first failing repetition */
 } fuzz_replay_result;
 
-/* Replays s `repeat` times (tg's own pool is ignored: each repetition makes its own). Stops
- * early after max_seconds (> 0) with the repetitions done so far. */
+/* Replays s `repeat` times (tg's own pool is ignored: each repetition makes its own). With
+ * max_seconds > 0 it stops at that time, between cases, and counts only the repetitions that
+ * completed (out->repeats may then be less than repeat, even 0). */
 moe_status fuzz_sequence_replay(const fuzz_sequence *s, const fuzz_targets *tg, int repeat,
                                 double max_seconds, fuzz_replay_result *out, moe_error *err);
 
