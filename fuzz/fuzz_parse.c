@@ -1,6 +1,7 @@
 /*
  * fuzz_parse.c: libFuzzer target for the two parsers that read untrusted text: the safetensors
- * header (moe_st_parse) and config.json (moe_model_config_parse).
+ * header (moe_st_parse), config.json (moe_model_config_parse) and ModelOpt's
+ * hf_quant_config.json (moe_model_config_add_hf_quant, on top of a fixed valid config).
  *
  * Rules: every input is fed to both parsers; each must return a status (never crash, leak,
  * read out of bounds or hit undefined behaviour). A safetensors image that parses is walked
@@ -39,6 +40,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     moe_model_config mc;
     if (moe_model_config_parse((const char *)copy, size, "fuzz", &mc, &err) == MOE_OK) {
         (void)moe_model_config_excludes(&mc, "model.llm.layers.2.mlp.experts");
+        moe_model_config_free(&mc);
+    }
+    static const char base[] = "{\"hidden_size\": 64, \"intermediate_size\": 64, "
+                               "\"n_routed_experts\": 4, \"num_experts_per_tok\": 2, "
+                               "\"n_shared_experts\": 1, \"route_scale\": 8.0, "
+                               "\"quantization_config\": {\"quant_algo\": \"NVFP4\"}}";
+    if (moe_model_config_parse(base, sizeof base - 1, "base", &mc, &err) == MOE_OK) {
+        if (moe_model_config_add_hf_quant((const char *)copy, size, "fuzz", &mc, &err) == MOE_OK)
+            (void)moe_model_config_excludes(&mc, "model.llm.layers.2.mlp.experts");
         moe_model_config_free(&mc);
     }
     free(copy);

@@ -15,7 +15,10 @@
  *             them underflows and a log-sigmoid normaliser that leaves out the sinks
  *             overflows), on about half of the rows (sinks included: 1 in 4), on all of
  *             them (1 in 4), or on every routed row and no sink (1 in 2);
- *   codes     (MXFP4) the first block of every row holds every E2M1 code twice;
+ *   codes     (MXFP4, NVFP4) the first 32 values of every row holds every E2M1 code twice;
+ *   e4m3      (NVFP4) about 1 in 8 scale blocks set to +-0, an E4M3 subnormal, 2^-6 or +-448;
+ *   scale2    (NVFP4) about a third of the experts get extreme scale2 pairs (0, 2^+-40 with
+ *             2^-+80, 2^-126, the fp32 subnormal 2^-140);
  *   e8m0      (MXFP4, after codes) about 1 in 16 scale blocks set to 0 (2^-127), 1, 2, a large byte
  *             (2^10..2^20), or 254 over codes forced to +-0;
  *   few       (bias) K experts get +2 bias: every finite token selects the same K experts;
@@ -44,7 +47,8 @@
 #include <string.h>
 
 static const char *const feature_names[FZ_FEATURE_COUNT] = {
-    "ties", "dup", "near", "e8m0", "codes", "neglogit", "nonfinite", "few", "allhit", "biastie"};
+    "ties", "dup", "near", "e8m0", "codes", "neglogit", "nonfinite", "few", "allhit", "biastie",
+    "e4m3", "scale2"};
 
 const char *fuzz_feature_name(int i) { return i >= 0 && i < FZ_FEATURE_COUNT ? feature_names[i] : "?"; }
 
@@ -65,7 +69,7 @@ char *fuzz_case_format(const fuzz_case *c, char *buf, size_t len) {
              "D=%d I=%d R=%d K=%d S=%d T=%d fmt=%s bias=%d gscale=%d rs=%.9g split=%s pad=%d "
              "seed=%" PRIu64 " feat=%s%s",
              c->cfg.D, c->cfg.I, c->cfg.R, c->cfg.K, c->cfg.S, c->T,
-             c->cfg.routed_format == MOE_ROUTED_BF16 ? "bf16" : "mxfp4", c->cfg.has_gate_bias ? 1 : 0,
+             moe_routed_format_get(c->cfg.routed_format)->key, c->cfg.has_gate_bias ? 1 : 0,
              c->cfg.has_global_scale ? 1 : 0, (double)c->cfg.route_scale, split, c->pad, c->seed,
              feat[0] ? feat : "none", sample);
     return buf;
@@ -130,8 +134,8 @@ moe_status fuzz_case_parse(const char *line, fuzz_case *c, moe_error *err) {
         case 4: ok = parse_int(v, &c->cfg.S); break;
         case 5: ok = parse_int(v, &c->T); break;
         case 6:
-            ok = !strcmp(v, "mxfp4") || !strcmp(v, "bf16");
-            c->cfg.routed_format = !strcmp(v, "bf16") ? MOE_ROUTED_BF16 : MOE_ROUTED_MXFP4;
+            ok = moe_routed_format_from_key(v) >= 0;
+            c->cfg.routed_format = ok ? (moe_routed_format)moe_routed_format_from_key(v) : MOE_ROUTED_MXFP4;
             break;
         case 7: ok = parse_int(v, &iv) && (iv == 0 || iv == 1); c->cfg.has_gate_bias = iv; break;
         case 8: ok = parse_int(v, &iv) && (iv == 0 || iv == 1); c->cfg.has_global_scale = iv; break;
@@ -318,6 +322,35 @@ static void feature_nonfinite(uint16_t *x, int T, int D, moe_rng *rng) {
         x[(size_t)moe_rng_int(rng, 0, T - 1) * D + moe_rng_int(rng, 0, D - 1)] = bad[moe_rng_int(rng, 0, 2)];
 }
 
+/* NVFP4: about 1 in 8 scale blocks (of 16) set to +-0, an E4M3 subnormal (+-1..7 * 2^-9), the
+ * smallest normal 2^-6 or the largest value +-448; the codes stay random. */
+static void feature_e4m3_scales(uint8_t *scales, size_t n, moe_rng *rng) {
+    static const uint8_t special[6] = {0x00, 0x01, 0x07, 0x08, 0x7E, 0x80};
+    for (size_t b = 0; b < n; b++) {
+        if (moe_rng_int(rng, 0, 7)) continue;
+        uint8_t v = special[moe_rng_int(rng, 0, 5)];
+        if (v == 0x01) v = (uint8_t)moe_rng_int(rng, 1, 7);
+        scales[b] = (uint8_t)(v | (moe_rng_int(rng, 0, 1) ? 0x80u : 0u));
+    }
+}
+
+/* NVFP4: about a third of the experts get extreme scale2 pairs that keep the output finite:
+ * w13 0; w13 x 2^40 with w2 x 2^-80 (h ~ 2^80); w13 x 2^-40 with w2 x 2^80; w2 = 2^-126;
+ * w13 = 2^-140 (an fp32 subnormal). */
+static void feature_scale2(moe_layer_data *ld, moe_rng *rng) {
+    for (int e = 0; e < ld->cfg.R; e++) {
+        if (moe_rng_int(rng, 0, 2)) continue;
+        float *a = &ld->w13_scale2[e], *b = &ld->w2_scale2[e];
+        switch (moe_rng_int(rng, 0, 4)) {
+        case 0: *a = 0.0f; break;
+        case 1: *a *= 0x1p40f, *b *= 0x1p-80f; break;
+        case 2: *a *= 0x1p-40f, *b *= 0x1p80f; break;
+        case 3: *b = 0x1p-126f; break;
+        default: *a = 0x1p-140f; break;
+        }
+    }
+}
+
 moe_status fuzz_case_build(const fuzz_case *c, moe_layer_data *ld, uint16_t **xp, moe_error *err) {
     *xp = NULL;
     moe_status st = fuzz_case_validate(c, err);
@@ -342,13 +375,23 @@ moe_status fuzz_case_build(const fuzz_case *c, moe_layer_data *ld, uint16_t **xp
     if (f & FZ_TIES) feature_ties(ld, &rng[0]);
     if (f & FZ_DUP) feature_dup(ld, &rng[1]);
     if (f & FZ_NEAR) feature_near(ld, &rng[2]);
-    if ((f & FZ_CODES) && mx) {
+    const bool nv = c->cfg.routed_format == MOE_ROUTED_NVFP4;
+    if ((f & FZ_CODES) && (mx || nv)) {
         feature_codes_matrix(ld->w13_mx, (size_t)R * 2 * I, (size_t)D);
         feature_codes_matrix(ld->w2_mx, (size_t)R * D, (size_t)I);
     }
     if ((f & FZ_E8M0) && mx) {
         feature_e8m0_matrix(ld->w13_mx, ld->w13_scale, (size_t)R * 2 * I, (size_t)D, &rng[3]);
         feature_e8m0_matrix(ld->w2_mx, ld->w2_scale, (size_t)R * D, (size_t)I, &rng[3]);
+    }
+    if ((f & FZ_E4M3) && nv) {
+        moe_rng r = moe_rng_make(c->seed, 210);
+        feature_e4m3_scales(ld->w13_scale, (size_t)R * 2 * I * D / 16, &r);
+        feature_e4m3_scales(ld->w2_scale, (size_t)R * D * I / 16, &r);
+    }
+    if ((f & FZ_SCALE2) && nv) {
+        moe_rng r = moe_rng_make(c->seed, 211);
+        feature_scale2(ld, &r);
     }
     if ((f & FZ_FEW) && ld->gate_bias)
         for (int k = 0; k < c->cfg.K; k++) ld->gate_bias[moe_rng_int(&rng[7], 0, R - 1)] += 2.0f;
@@ -374,11 +417,18 @@ fuzz_case fuzz_suite_case(const fuzz_suite *s, uint64_t seed, long i) {
     memset(&c, 0, sizeof c);
     moe_config *cfg = &c.cfg;
     cfg->routed_format = moe_rng_uniform(&rng) < s->bf16_p ? MOE_ROUTED_BF16 : MOE_ROUTED_MXFP4;
+    /* NVFP4 from its own stream, so that the draws of the other cases stay what they were */
+    moe_rng nvr = moe_rng_make(seed, 8000 + (uint64_t)i);
+    const bool nvfp4 = cfg->routed_format == MOE_ROUTED_MXFP4 && moe_rng_uniform(&nvr) < s->nvfp4_p;
+    if (nvfp4) cfg->routed_format = MOE_ROUTED_NVFP4;
     /* a large batch runs on a narrow layer, so that it costs what a small case costs */
     bool big = moe_rng_uniform(&rng) < s->big_T_p;
     int dim_hi = big && s->big_T_dim_max > 0 ? s->big_T_dim_max : 1 << 20;
     cfg->D = 32 * moe_rng_int(&rng, s->D_lo / 32, (s->D_hi < dim_hi ? s->D_hi : dim_hi) / 32);
     cfg->I = 32 * moe_rng_int(&rng, s->I_lo / 32, (s->I_hi < dim_hi ? s->I_hi : dim_hi) / 32);
+    /* NVFP4 takes multiples of 16: half its D and I (when wide enough) lose 16 */
+    if (nvfp4 && cfg->D >= 48 && moe_rng_int(&nvr, 0, 1)) cfg->D -= 16;
+    if (nvfp4 && cfg->I >= 48 && moe_rng_int(&nvr, 0, 1)) cfg->I -= 16;
     /* half the draws from small expert counts, where ties and full coverage are likely */
     int r_hi = moe_rng_int(&rng, 0, 1) ? s->R_hi : (s->R_lo + 8 < s->R_hi ? s->R_lo + 8 : s->R_hi);
     cfg->R = moe_rng_int(&rng, s->R_lo, r_hi);
@@ -401,11 +451,16 @@ fuzz_case fuzz_suite_case(const fuzz_suite *s, uint64_t seed, long i) {
             if (moe_rng_uniform(&rng) < s->pad_p) c.pad = 32 * moe_rng_int(&rng, 1, 4);
         }
     }
-    for (int f = 0; f < FZ_FEATURE_COUNT; f++)
+    for (int f = 0; f < 10; f++) /* the first ten; later features draw from their own streams */
         if (moe_rng_uniform(&rng) < s->feature_p) c.features |= 1u << f;
     if (big && moe_rng_int(&rng, 0, 1)) c.features |= FZ_FEW;           /* large T, few experts hit */
     if (!big && c.T * cfg->K >= cfg->R && moe_rng_int(&rng, 0, 3) == 0) c.features |= FZ_ALLHIT;
     if (cfg->routed_format == MOE_ROUTED_BF16) c.features &= ~(unsigned)(FZ_E8M0 | FZ_CODES);
+    if (nvfp4) {
+        c.features &= ~(unsigned)FZ_E8M0;
+        if (moe_rng_uniform(&nvr) < 2 * s->feature_p) c.features |= FZ_E4M3;
+        if (moe_rng_uniform(&nvr) < 2 * s->feature_p) c.features |= FZ_SCALE2;
+    }
     if (c.features & FZ_FEW) cfg->has_gate_bias = true;
     if (c.T == 0) c.features &= ~(unsigned)(FZ_NONFINITE | FZ_ALLHIT);
     c.seed = moe_rng_next(&rng);
@@ -429,6 +484,7 @@ static moe_status suite_defaults(fuzz_suite *s, const char *name) {
     s->big_T_lo = s->big_T_hi = 64;
     s->big_T_dim_max = 64;
     s->split_n_hi = 8, s->split_p = 0.5, s->pad_p = 0.2, s->feature_p = 0.2, s->bf16_p = 0.3;
+    s->nvfp4_p = 0.3;
     return MOE_OK;
 }
 
@@ -475,6 +531,7 @@ moe_status fuzz_suite_load(const char *dir, const char *name, fuzz_suite *s, moe
         else if (!strcmp(key, "pad_p") && nv == 1) s->pad_p = a;
         else if (!strcmp(key, "feature_p") && nv == 1) s->feature_p = a;
         else if (!strcmp(key, "bf16_p") && nv == 1) s->bf16_p = a;
+        else if (!strcmp(key, "nvfp4_p") && nv == 1) s->nvfp4_p = a;
         else if (!strcmp(key, "aim_p") && nv == 1) s->aim_p = a;
         else if (!strcmp(key, "big_T") && nv == 3) {
             s->big_T_p = a;

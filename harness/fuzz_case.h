@@ -6,7 +6,7 @@
  *   - a case is a configuration, a token count, a split, a seed and a set of features; it is
  *     printed as ONE line of key=value words that, parsed back, gives the same case, so the
  *     same weights and input bit for bit (everything is drawn from the counter RNG of numeric.h);
- *   - the line: D= I= R= K= S= T= fmt=mxfp4|bf16 bias=0|1 gscale=0|1 rs=<route_scale>
+ *   - the line: D= I= R= K= S= T= fmt=mxfp4|bf16|nvfp4 bias=0|1 gscale=0|1 rs=<route_scale>
  *     split=none|tpN|epN pad=<pad_inter_to> seed=<u64> feat=<f1,f2,...|none> [sample=N] [input=N];
  *   - sample=N (0 < N < T): the candidate paths run all T tokens, the reference and the envelope
  *     only N of them, drawn from the seed and named in the report (tokens are independent, and
@@ -40,7 +40,9 @@ enum {
     FZ_ALLHIT = 1u << 8,    /* inputs aimed so that every expert is hit */
     FZ_BIASTIE = 1u << 9,   /* two selection scores tied by the contract's two roundings, one
                                ulp apart after one rounding: the lowest index decides */
-    FZ_FEATURE_COUNT = 10
+    FZ_E4M3 = 1u << 10,     /* NVFP4: E4M3 scale bytes +-0, subnormal, smallest normal, 448 */
+    FZ_SCALE2 = 1u << 11,   /* NVFP4: scale2 extremes (0, 2^-126, fp32 subnormal, 2^+-40) */
+    FZ_FEATURE_COUNT = 12
 };
 
 const char *fuzz_feature_name(int bit_index);
@@ -86,6 +88,7 @@ typedef struct {
     double pad_p;     /* probability of per-rank intermediate padding, given a split */
     double feature_p; /* probability of each feature */
     double bf16_p;    /* probability of bf16 routed experts */
+    double nvfp4_p;   /* probability that a block-format case is NVFP4 rather than MXFP4 */
     double aim_p;     /* probability that a drawn case is aimed at a path's shape hint */
     int n_fixed;
     fuzz_case fixed[FUZZ_SUITE_MAX_FIXED]; /* run first, in order */

@@ -8,7 +8,8 @@
  * padding experts selectable. Bugs planted in the token loop (a copy of the reference's, built
  * from its exported pieces): a sink gamma on the wrong sink, the routed weight applied before
  * W2, the routed intermediates left unrounded (serving), y rounded to bf16 before weighting, the
- * last token of the batch dropped.
+ * last token of the batch dropped. NVFP4: scales read per 32 values, scale2 ignored, scale2
+ * indexed by the grouped assignment row instead of the expert.
  * Bugs of the class the fuzzer was blind to: the OpenBLAS path's partial last weight tile
  * dropped (its declared TILE_ELEMENTS hint and clipping, emulated by zeroing the weight rows that
  * tile holds), the selection score rounded once, the log-sigmoid normaliser's maximum taken over
@@ -45,7 +46,10 @@
     X(DROP_LAST_TOKEN, "drop_last_token", "the last token of the batch dropped")                \
     X(DROP_PARTIAL_TILE, "drop_partial_tile", "the OpenBLAS path's partial last weight tile dropped") \
     X(ONE_ROUNDING, "one_rounding", "selection score sigma + bias rounded once, not twice")     \
-    X(ROUTED_ONLY_MAX, "routed_only_max", "log-sigmoid normaliser's max over routed logits only")
+    X(ROUTED_ONLY_MAX, "routed_only_max", "log-sigmoid normaliser's max over routed logits only") \
+    X(NV_BLOCK32, "nv_block32", "NVFP4 scales read one per 32 values instead of 16")            \
+    X(NV_NO_SCALE2, "nv_no_scale2", "NVFP4 scale2 ignored")                                     \
+    X(NV_SCALE2_ROW, "nv_scale2_row", "NVFP4 scale2 indexed by the assignment row, not the expert")
 
 #define AS_ENUM(id, name, desc) M_##id,
 typedef enum { MUTANT_LIST(AS_ENUM) M_COUNT } mutant_id;
@@ -71,17 +75,25 @@ static void *dup_bytes(const void *p, size_t n, bool *failed) {
     return q;
 }
 
+/* Scale bytes per element of the shard's block format (0 for bf16: no scales). */
+static size_t block_of(const moe_shard *s) {
+    return (size_t)moe_routed_format_get(s->cfg.routed_format)->block;
+}
+
 static bool shard_clone(const moe_shard *s, moe_shard *d) {
     const size_t D = (size_t)s->cfg.D, R = (size_t)s->cfg.R, S = (size_t)s->cfg.S;
+    const size_t B = block_of(s) ? block_of(s) : 32;
     const size_t E = (size_t)s->n_local_experts, IL = (size_t)s->I_local, SIL = (size_t)s->sink_I_local;
     bool failed = false;
     *d = *s;
     d->gate_w = dup_bytes(s->gate_w, (R + S) * D * 2, &failed);
     d->gate_bias = dup_bytes(s->gate_bias, R * sizeof(float), &failed);
     d->w13_mx = dup_bytes(s->w13_mx, E * 2 * IL * D / 2, &failed);
-    d->w13_scale = dup_bytes(s->w13_scale, E * 2 * IL * D / 32, &failed);
+    d->w13_scale = dup_bytes(s->w13_scale, E * 2 * IL * D / B, &failed);
     d->w2_mx = dup_bytes(s->w2_mx, E * D * IL / 2, &failed);
-    d->w2_scale = dup_bytes(s->w2_scale, E * D * IL / 32, &failed);
+    d->w2_scale = dup_bytes(s->w2_scale, E * D * IL / B, &failed);
+    d->w13_scale2 = dup_bytes(s->w13_scale2, E * sizeof(float), &failed);
+    d->w2_scale2 = dup_bytes(s->w2_scale2, E * sizeof(float), &failed);
     d->w13_bf16 = dup_bytes(s->w13_bf16, E * 2 * IL * D * 2, &failed);
     d->w2_bf16 = dup_bytes(s->w2_bf16, E * D * IL * 2, &failed);
     d->sink_w13 = dup_bytes(s->sink_w13, S * 2 * SIL * D * 2, &failed);
@@ -92,13 +104,13 @@ static bool shard_clone(const moe_shard *s, moe_shard *d) {
 
 /* Rows of a w13 block of one expert: bytes per row in its storage. */
 static size_t w13_row_bytes(const moe_shard *s) {
-    return s->cfg.routed_format == MOE_ROUTED_MXFP4 ? (size_t)s->cfg.D / 2 : (size_t)s->cfg.D * 2;
+    return block_of(s) ? (size_t)s->cfg.D / 2 : (size_t)s->cfg.D * 2;
 }
 
 static uint8_t *w13_expert(const moe_shard *s, int e) {
     size_t rows = 2 * (size_t)s->I_local;
-    return s->cfg.routed_format == MOE_ROUTED_MXFP4 ? s->w13_mx + (size_t)e * rows * w13_row_bytes(s)
-                                                    : (uint8_t *)(s->w13_bf16) + (size_t)e * rows * w13_row_bytes(s);
+    return block_of(s) ? s->w13_mx + (size_t)e * rows * w13_row_bytes(s)
+                       : (uint8_t *)(s->w13_bf16) + (size_t)e * rows * w13_row_bytes(s);
 }
 
 static void swap_bytes(uint8_t *a, uint8_t *b, size_t n) {
@@ -109,9 +121,9 @@ static void swap_bytes(uint8_t *a, uint8_t *b, size_t n) {
     }
 }
 
-/* Swaps every gate row with its up row (and, for MXFP4, the scale rows in step). */
+/* Swaps every gate row with its up row (and, for the block formats, the scale rows in step). */
 static void gate_up_swap(moe_shard *s) {
-    const size_t rb = w13_row_bytes(s), sb = (size_t)s->cfg.D / 32;
+    const size_t rb = w13_row_bytes(s), sb = block_of(s) ? (size_t)s->cfg.D / block_of(s) : 0;
     for (int e = 0; e < s->n_local_experts; e++)
         for (int j = 0; j < s->I_local; j++) {
             uint8_t *m = w13_expert(s, e);
@@ -170,7 +182,7 @@ static void drop_partial(uint8_t *w13, size_t w13_row, uint8_t *w2, size_t w2_ro
 
 static void drop_partial_tiles(moe_shard *s) {
     const int D = s->cfg.D, IL = s->I_local, SIL = s->sink_I_local;
-    const bool mx = s->cfg.routed_format == MOE_ROUTED_MXFP4;
+    const bool mx = block_of(s) > 0;
     const size_t w2_row = mx ? (size_t)IL / 2 : (size_t)IL * 2;
     for (int e = 0; e < s->n_local_experts; e++) {
         uint8_t *w2 = mx ? s->w2_mx : (uint8_t *)s->w2_bf16;
@@ -187,9 +199,19 @@ static void shift_pairs(uint8_t *m, size_t rows, size_t row_bytes) {
     memset(m, 0, 2 * row_bytes);
 }
 
+/* NVFP4 scales read one per 32 values: block b of a row takes the byte of block b/2. */
+static void nv_block32(moe_shard *s) {
+    const size_t D = (size_t)s->cfg.D, rows = (size_t)s->n_local_experts * 2 * s->I_local;
+    for (size_t r = 0; r < rows; r++) {
+        uint8_t *row = s->w13_scale + r * (D / 16);
+        for (size_t b = D / 16; b-- > 0;) row[b] = row[b / 2];
+    }
+}
+
 static void mutate_shard(mutant_id id, moe_shard *s) {
     const size_t D = (size_t)s->cfg.D, E = (size_t)s->n_local_experts, IL = (size_t)s->I_local;
-    const bool mx = s->cfg.routed_format == MOE_ROUTED_MXFP4;
+    const bool mx = s->cfg.routed_format == MOE_ROUTED_MXFP4, blocks = block_of(s) > 0;
+    const size_t SB = blocks ? D / block_of(s) : 0; /* w13 scale bytes per row */
     switch (id) {
     case M_NO_GLOBAL_SCALE: s->global_scale = 1.0f; break;
     case M_NO_ROUTE_SCALE: s->cfg.route_scale = 1.0f; break;
@@ -199,7 +221,7 @@ static void mutate_shard(mutant_id id, moe_shard *s) {
     case M_HALVES:
         for (size_t e = 0; e < E; e++) {
             permute_halves(w13_expert(s, (int)e), 2 * IL, w13_row_bytes(s));
-            if (mx) permute_halves(s->w13_scale + e * 2 * IL * (D / 32), 2 * IL, D / 32);
+            if (blocks) permute_halves(s->w13_scale + e * 2 * IL * SB, 2 * IL, SB);
         }
         break;
     case M_NIBBLE_SWAP:
@@ -220,12 +242,16 @@ static void mutate_shard(mutant_id id, moe_shard *s) {
         if (mx && E > 0 && s->w13_scale[0] < 254) s->w13_scale[0]++;
         break;
     case M_DROP_PARTIAL_TILE: drop_partial_tiles(s); break;
+    case M_NV_BLOCK32: nv_block32(s); break;
+    case M_NV_NO_SCALE2:
+        for (size_t e = 0; e < E; e++) s->w13_scale2[e] = s->w2_scale2[e] = 1.0f;
+        break;
     case M_TP_SLAB_OFF:
         if (s->split.rank >= 1) {
             if (s->split.kind == MOE_SPLIT_TP)
                 for (size_t e = 0; e < E; e++) {
                     shift_pairs(w13_expert(s, (int)e), 2 * IL, w13_row_bytes(s));
-                    if (mx) shift_pairs(s->w13_scale + e * 2 * IL * (D / 32), 2 * IL, D / 32);
+                    if (blocks) shift_pairs(s->w13_scale + e * 2 * IL * SB, 2 * IL, SB);
                 }
             for (int k = 0; k < s->cfg.S; k++)
                 shift_pairs((uint8_t *)(s->sink_w13 + (size_t)k * 2 * s->sink_I_local * D),
@@ -346,6 +372,11 @@ static moe_status mutant_forward(void *p, int T, const uint16_t *x, float *out, 
             if (e < 0 || e >= sh->n_local_experts) continue;
             ref_matrix w13, w2;
             ref_routed_matrices(sh, e, &w13, &w2);
+            if (m->id == M_NV_SCALE2_ROW) { /* the grouped row's index instead of the expert's */
+                const int row = (t * K + k) % sh->n_local_experts;
+                w13.scale2 = sh->w13_scale2 + row;
+                w2.scale2 = sh->w2_scale2 + row;
+            }
             bool before = m->id == M_WEIGHT_BEFORE_W2;
             bool round_inter = m->serving && m->id != M_NO_ROUND_INTER;
             ref_expert_token(&w13, &w2, m->x, D, IL, before ? (double)m->weights[k] : 1.0,
@@ -471,6 +502,9 @@ static bool mutant_supports(mutant_id id, const moe_config *cfg, const moe_split
     case M_E8M0_BIAS:
     case M_SCALE_SHIFT:
     case M_ONE_SCALE_BLOCK: ok = mx; break;
+    case M_NV_BLOCK32:
+    case M_NV_NO_SCALE2: ok = cfg->routed_format == MOE_ROUTED_NVFP4; break;
+    case M_NV_SCALE2_ROW: ok = cfg->routed_format == MOE_ROUTED_NVFP4 && cfg->R >= 2; break;
     case M_TP_SLAB_OFF: ok = split->n >= 2; break;
     case M_PAD_SELECTABLE: ok = split->kind == MOE_SPLIT_EP && cfg->R % split->n != 0; break;
     case M_NO_ROUND_INTER: ok = opt->precision == MOE_PRECISION_SERVING; break;

@@ -29,6 +29,7 @@ static void test_roundtrip_and_bounds(void **state) {
         if (fuzz_suite_load("harness/suites", names[s], &suite, &err)) fail_msg("%s", err.msg);
         fuzz_suite plain = suite; /* aimed cases leave the bounds on purpose: checked below */
         plain.aim_p = 0;
+        int nvfp4 = 0, e4m3 = 0, scale2 = 0, narrow = 0;
         for (long i = 0; i < 300; i++) {
             fuzz_case c = fuzz_suite_case(&suite, 42, i), back, again = fuzz_suite_case(&suite, 42, i);
             assert_memory_equal(&c, &again, sizeof c);
@@ -38,13 +39,24 @@ static void test_roundtrip_and_bounds(void **state) {
             assert_memory_equal(&c, &back, sizeof c);
             if (i < suite.n_fixed) continue;
             c = fuzz_suite_case(&plain, 42, i);
-            assert_true(c.cfg.D % 32 == 0 && c.cfg.D >= suite.D_lo && c.cfg.D <= suite.D_hi);
-            assert_true(c.cfg.I % 32 == 0 && c.cfg.I >= suite.I_lo && c.cfg.I <= suite.I_hi);
+            /* NVFP4 may take 16 off a width of 48 or more: still within the suite's bounds */
+            const int unit = c.cfg.routed_format == MOE_ROUTED_NVFP4 ? 16 : 32;
+            assert_true(c.cfg.D % unit == 0 && c.cfg.D >= suite.D_lo && c.cfg.D <= suite.D_hi);
+            assert_true(c.cfg.I % unit == 0 && c.cfg.I >= suite.I_lo && c.cfg.I <= suite.I_hi);
             assert_true(c.cfg.R >= suite.R_lo && c.cfg.R <= suite.R_hi);
             assert_true(c.cfg.K >= 1 && c.cfg.K <= c.cfg.R && c.cfg.K <= suite.K_hi);
             assert_true(c.T >= 0 && c.T <= (suite.T_hi > suite.big_T_hi ? suite.T_hi : suite.big_T_hi));
             assert_true(c.n >= 1 && c.n <= suite.split_n_hi);
+            if (c.cfg.routed_format != MOE_ROUTED_NVFP4) continue;
+            nvfp4++;
+            e4m3 += (c.features & FZ_E4M3) != 0;
+            scale2 += (c.features & FZ_SCALE2) != 0;
+            narrow += c.cfg.D % 32 != 0 || c.cfg.I % 32 != 0;
         }
+        /* the default suites draw NVFP4 layers, with its features and widths of 16 mod 32 */
+        if (nvfp4 < 30 || e4m3 < 5 || scale2 < 5 || narrow < 5)
+            fail_msg("suite %s: %d NVFP4 cases of 300 (%d e4m3, %d scale2, %d narrow)", names[s],
+                     nvfp4, e4m3, scale2, narrow);
     }
 }
 
