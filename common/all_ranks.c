@@ -20,7 +20,7 @@ static void add_partial(float *out, const float *partial, size_t TD) {
 }
 
 static void finish_sum(float *out, size_t TD, const moe_options *opt) {
-    if (opt->precision == MOE_PRECISION_SERVING)
+    if (moe_precision_computed(opt->precision) == MOE_PRECISION_SERVING)
         for (size_t i = 0; i < TD; i++) out[i] = moe_round_bf16(out[i]);
 }
 

@@ -34,6 +34,10 @@ moe_options moe_options_default(void) {
     return o;
 }
 
+moe_precision moe_precision_computed(moe_precision p) {
+    return p == MOE_PRECISION_ENGINE ? MOE_PRECISION_SERVING : p;
+}
+
 struct moe_layer {
     const moe_backend *backend;
     const moe_shard *shard;
@@ -46,8 +50,12 @@ moe_status moe_layer_create(const moe_backend *be, const moe_shard *shard, const
     if (!out) return moe_fail(err, MOE_ERR_ARG, "layer: NULL output pointer");
     *out = NULL;
     if (!be || !shard || !opt) return moe_fail(err, MOE_ERR_ARG, "layer: NULL backend, shard or options");
-    if (opt->precision != MOE_PRECISION_EXACT && opt->precision != MOE_PRECISION_SERVING)
+    if (opt->precision != MOE_PRECISION_EXACT && opt->precision != MOE_PRECISION_SERVING &&
+        opt->precision != MOE_PRECISION_ENGINE)
         return moe_fail(err, MOE_ERR_ARG, "options: unknown precision %d", (int)opt->precision);
+    moe_options computed = *opt; /* the engine contract is computed as serving */
+    computed.precision = moe_precision_computed(opt->precision);
+    opt = &computed;
     char why[256] = "";
     if (!be->available(why, sizeof why))
         return moe_fail(err, MOE_ERR_UNAVAILABLE, "backend %s unavailable: %s", be->name, why);

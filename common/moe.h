@@ -185,6 +185,10 @@ int moe_local_expert_count(const moe_config *cfg, const moe_split *split);
 typedef enum {
     MOE_PRECISION_EXACT = 0,   /* the mathematical layer, double after the logits (SPEC §2) */
     MOE_PRECISION_SERVING = 1, /* bf16 at the served model's rounding points (SPEC §2) */
+    MOE_PRECISION_ENGINE = 2,  /* a contract, not a computation: paths compute serving, and are
+                                  judged by the engine envelope, wider by exactly a served
+                                  engine's extra bf16 roundings (docs/tolerances.md); no backend
+                                  is ever handed this value (moe_precision_computed) */
 } moe_precision;
 
 typedef struct {
@@ -195,6 +199,9 @@ typedef struct {
 } moe_options;
 
 moe_options moe_options_default(void);
+
+/* What a path computes for a contract: SERVING for ENGINE, else p itself. */
+moe_precision moe_precision_computed(moe_precision p);
 
 /* Stage outputs. Any pointer may be NULL (not wanted). A backend sets the MOE_STAGE_* bit in
  * `filled` for each stage it wrote; the harness compares only what both sides filled.

@@ -100,7 +100,7 @@ static moe_status write_case_text(const char *dir, const fuzz_case *c, moe_preci
     int n = snprintf(text, sizeof text,
                      "# split %s (an engine runs every rank and sums the partials; check --%.2s %d judges that)\n"
                      "# expected.safetensors: the reference, unsplit, contract %s\n%s\n",
-                     split, split, c->n, p == MOE_PRECISION_EXACT ? "exact" : "serving", line);
+                     split, split, c->n, p == MOE_PRECISION_EXACT ? "exact" : p == MOE_PRECISION_ENGINE ? "engine (computed as serving)" : "serving", line);
     moe_out_file o;
     moe_status st = moe_out_open(path, &o, err);
     if (!st) st = moe_out_write(&o, text, (size_t)n, err);

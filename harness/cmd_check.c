@@ -26,7 +26,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: inkling-moe check --model DIR [--layer L] --input FILE --outputs FILE\n"
-               "                         [--precision exact|serving] [--tp N | --ep N] [--pad-inter P]\n"
+               "                         [--precision exact|serving|engine] [--tp N | --ep N] [--pad-inter P]\n"
                "  judges an outputs file (out, and topk_ids, topk_weights, logits, routed_h, ... when\n"
                "  present) written by any implementation against the contract, stage by stage\n");
 }
@@ -50,14 +50,14 @@ static int parse(int argc, char **argv, check_args *a) {
         {.name = "--tp", .kind = CLI_INT, .out = &tp, .lo = 1, .hi = 1024, .excludes = "--ep"},
         {.name = "--ep", .kind = CLI_INT, .out = &ep, .lo = 1, .hi = 1024},
         {.name = "--pad-inter", .kind = CLI_INT, .out = &a->pad, .lo = 0, .hi = 1 << 20},
-        {.name = "--precision", .kind = CLI_CHOICE, .out = &precision, .choices = "exact,serving"},
+        {.name = "--precision", .kind = CLI_CHOICE, .out = &precision, .choices = "exact,serving,engine"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = cli_parse("check", opts, n, argc, argv, usage);
     if (rc >= 0) return rc;
     a->kind = cli_find(opts, n, "--tp")->given ? MOE_SPLIT_TP : cli_find(opts, n, "--ep")->given ? MOE_SPLIT_EP : MOE_SPLIT_NONE;
     a->n = a->kind == MOE_SPLIT_TP ? tp : a->kind == MOE_SPLIT_EP ? ep : 1;
-    a->precision = precision == 0 ? MOE_PRECISION_EXACT : MOE_PRECISION_SERVING;
+    a->precision = precision == 0 ? MOE_PRECISION_EXACT : precision == 1 ? MOE_PRECISION_SERVING : MOE_PRECISION_ENGINE;
     return -1;
 }
 
@@ -67,7 +67,7 @@ static const moe_backend outputs_file = {"outputs", "an outputs file", NULL, NUL
 
 static moe_status file_run(const check_args *a, const moe_config *c, int T, moe_run *r, moe_error *err) {
     memset(r, 0, sizeof *r);
-    snprintf(r->name, sizeof r->name, "outputs/%s", a->precision == MOE_PRECISION_EXACT ? "exact" : "serving");
+    snprintf(r->name, sizeof r->name, "outputs/%s", a->precision == MOE_PRECISION_EXACT ? "exact" : a->precision == MOE_PRECISION_ENGINE ? "engine" : "serving");
     r->backend = &outputs_file;
     r->opt = moe_options_default();
     r->opt.precision = a->precision;
@@ -106,7 +106,7 @@ static int judge(const check_args *a, int layer, const moe_config *cfg, const mo
     int rc = 2;
     if (!st) {
         printf("layer %d, T = %d: %s judged against the reference (%s contract)\nstages compared:", layer, T,
-               a->outputs, a->precision == MOE_PRECISION_EXACT ? "exact" : "serving");
+               a->outputs, a->precision == MOE_PRECISION_EXACT ? "exact" : a->precision == MOE_PRECISION_ENGINE ? "engine" : "serving");
         for (int s = 0; s < MOE_CMP_STAGE_COUNT; s++)
             if (rep.stages_compared & (1u << s)) printf(" %s", moe_cmp_stage_name((moe_cmp_stage)s));
         printf("\n  %-28s %s\n", got.name, rep.ok ? "PASS" : "FAIL");

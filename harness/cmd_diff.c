@@ -23,7 +23,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: inkling-moe diff --model DIR [--layer L] --input FILE --backend A [--against B]\n"
-               "                        [--tp N | --ep N] [--pad-inter P] [--precision exact|serving]\n"
+               "                        [--tp N | --ep N] [--pad-inter P] [--precision exact|serving|engine]\n"
                "  A runs with the split, B (default ref) unsplit; both are judged stage by stage;\n"
                "  A or B may be a planted-bug path, mutant:NAME (inkling-moe fuzz --selftest lists them),\n"
                "  a plugin, plugin:FILE.so, or a program, exec:COMMAND / worker:COMMAND (docs/external-paths.md)\n");
@@ -41,7 +41,7 @@ int cmd_diff(int argc, char **argv) {
         {.name = "--tp", .kind = CLI_INT, .out = &tp, .lo = 1, .hi = 1024, .excludes = "--ep"},
         {.name = "--ep", .kind = CLI_INT, .out = &ep, .lo = 1, .hi = 1024},
         {.name = "--pad-inter", .kind = CLI_INT, .out = &pad, .lo = 0, .hi = 1 << 20},
-        {.name = "--precision", .kind = CLI_CHOICE, .out = &precision, .choices = "exact,serving"},
+        {.name = "--precision", .kind = CLI_CHOICE, .out = &precision, .choices = "exact,serving,engine"},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     int rc = cli_parse("diff", opts, n_opts, argc, argv, usage);
@@ -50,7 +50,7 @@ int cmd_diff(int argc, char **argv) {
                           : cli_find(opts, n_opts, "--ep")->given ? MOE_SPLIT_EP
                                                                   : MOE_SPLIT_NONE;
     int n = kind == MOE_SPLIT_TP ? tp : kind == MOE_SPLIT_EP ? ep : 1;
-    moe_precision prec = precision == 0 ? MOE_PRECISION_EXACT : MOE_PRECISION_SERVING;
+    moe_precision prec = precision == 0 ? MOE_PRECISION_EXACT : precision == 1 ? MOE_PRECISION_SERVING : MOE_PRECISION_ENGINE;
     /* a planted-bug path (mutant:NAME) shows what a divergence looks like on real files */
     moe_error err;
     moe_error_clear(&err);

@@ -63,6 +63,7 @@ typedef struct {
     bool shrink, selftest;
     const char *paths; /* candidate backends by name ("a,b"; "none"); NULL = every one */
     bool no_ref;       /* judge only the candidates, not the reference and its split */
+    bool engine;       /* --precision engine: the engine contract only (docs/tolerances.md) */
     /* history (docs/harness.md, "Flaky failures and sequences", "Stress mode") */
     bool stress;        /* --stress */
     const char *replay; /* --replay FILE */
@@ -78,7 +79,7 @@ static void usage(FILE *f) {
             "                        [--report-dir DIR] [--regress-dir DIR] [--suite-dir DIR]\n"
             "                        [--max-cases N] [--no-shrink] [--mutant NAME]\n"
             "                        [--paths blas,cuda,mutant:NAME,plugin:FILE.so,exec:CMD|none] [--no-ref]\n"
-            "                        [--export-failures DIR]\n"
+            "                        [--export-failures DIR] [--precision both|engine]\n"
             "       inkling-moe fuzz --case 'LINE' [--mutant NAME] [--paths ...] [--no-ref]\n"
             "       inkling-moe fuzz --selftest [--seconds N] [--seed S] [--max-cases N]\n"
             "       inkling-moe fuzz --stress [--seconds N] [--seed S] [--suite ...] [--paths ...] [--no-ref]\n"
@@ -121,7 +122,7 @@ static int registry_candidates(const char *paths, const moe_backend **out, int c
 /* The paths a run compares with the reference: one mutant (alone, without the reference's own
  * paths), or the registry's backends that --paths names. Returns non-zero after saying why. */
 static int choose_targets(const fuzz_args *a, const moe_backend **cands, int cap, fuzz_targets *tg) {
-    fuzz_targets t = {cands, 0, !a->no_ref, 1, false, NULL};
+    fuzz_targets t = {cands, 0, !a->no_ref, 1, false, NULL, a->engine};
     if (a->mutant) {
         cands[0] = moe_mutant_find(a->mutant);
         if (!cands[0]) {
@@ -204,10 +205,12 @@ static int run_selftest(const fuzz_args *a) {
     int survivors = 0;
     fuzz_case caught;
     fuzz_case_result res;
+    const unsigned engine = a->engine ? FUZZ_HUNT_ENGINE : 0u;
+    if (a->engine) printf("judged by the engine contract only\n");
     for (int i = 0; i < n; i++) {
         const moe_backend *m = moe_mutant_at(i);
         double t0 = fuzz_now();
-        long took = fuzz_hunt(m, &smoke, seed, max_cases, per, false, &caught, &res);
+        long took = fuzz_hunt(m, &smoke, seed, max_cases, per, engine, &caught, &res);
         if (took < 0) {
             survivors++;
             printf("  %-26s SURVIVED (%s)\n", m->name, m->description);
@@ -218,7 +221,7 @@ static int run_selftest(const fuzz_args *a) {
                took == 1 ? " " : "s", fuzz_now() - t0,
                moe_cmp_stage_name((moe_cmp_stage)r->rep.first_stage), r->path);
         /* again on the output alone: a path that fills no stage is protected by this */
-        long took_out = fuzz_hunt(m, &smoke, seed, max_cases, per, true, &caught, &res);
+        long took_out = fuzz_hunt(m, &smoke, seed, max_cases, per, FUZZ_HUNT_OUTPUT_ONLY | engine, &caught, &res);
         if (took_out < 0) {
             survivors++;
             printf(" output alone: SURVIVED\n");
@@ -227,7 +230,7 @@ static int run_selftest(const fuzz_args *a) {
         }
     }
     /* the control plants nothing: it must pass everything it runs */
-    long control = fuzz_hunt(moe_mutant_control(), &smoke, seed, max_cases / 10 + 5, per, false, &caught, &res);
+    long control = fuzz_hunt(moe_mutant_control(), &smoke, seed, max_cases / 10 + 5, per, engine, &caught, &res);
     if (control >= 0) {
         char line[512];
         printf("  control (no bug) CAUGHT on: %s\n", fuzz_case_format(&caught, line, sizeof line));
@@ -639,9 +642,10 @@ static int check_report_dir(const char *dir) {
 
 int cmd_fuzz(int argc, char **argv) {
     fuzz_args a = {60.0, 0, false, "build/fuzz-report", "harness/suites", "fuzz/regressions",
-                   NULL, NULL, "smoke,ci", 0, true, false, NULL, false,
+                   NULL, NULL, "smoke,ci", 0, true, false, NULL, false, false,
                    false, NULL, 10, 5, 32, NULL};
     bool no_shrink = false;
+    int contracts = 0;
     cli_option opts[] = {
         {.name = "--seconds", .kind = CLI_REAL, .out = &a.seconds, .lo = 0.001, .hi = 31536000},
         {.name = "--seed", .kind = CLI_U64, .out = &a.seed},
@@ -655,6 +659,7 @@ int cmd_fuzz(int argc, char **argv) {
         {.name = "--paths", .kind = CLI_STRING, .out = &a.paths, .nonempty = true},
         {.name = "--no-ref", .kind = CLI_FLAG, .out = &a.no_ref},
         {.name = "--export-failures", .kind = CLI_STRING, .out = &a.export_dir, .nonempty = true},
+        {.name = "--precision", .kind = CLI_CHOICE, .out = &contracts, .choices = "both,engine"},
         {.name = "--case", .kind = CLI_STRING, .out = &a.case_line, .nonempty = true,
          .excludes = "--selftest"},
         {.name = "--selftest", .kind = CLI_FLAG, .out = &a.selftest, .excludes = "--mutant"},
@@ -669,6 +674,7 @@ int cmd_fuzz(int argc, char **argv) {
     int rc = cli_parse("fuzz", opts, n_opts, argc, argv, usage);
     if (rc >= 0) return rc;
     a.shrink = !no_shrink;
+    a.engine = contracts == 1;
     a.seed_given = cli_find(opts, n_opts, "--seed")->given;
     bool regress_given = cli_find(opts, n_opts, "--regress-dir")->given;
     if (!a.seed_given) a.seed = (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();

@@ -30,7 +30,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: inkling-moe run --model DIR [--layer L] --input FILE --out FILE\n"
-            "        [--backend ref|blas|cuda] [--precision exact|serving] [--tp N | --ep N]\n"
+            "        [--backend ref|blas|cuda] [--precision exact|serving|engine] [--tp N | --ep N]\n"
             "        [--pad-inter N] [--stages] [--threads N] [--strict]\n\n"
             "  --model DIR        checkpoint: config.json plus model.safetensors or shards with\n"
             "                     model.safetensors.index.json\n"
@@ -39,7 +39,7 @@ static void usage(FILE *f) {
             "  --out FILE         output safetensors: out [T, D] (F32 exact, BF16 serving),\n"
             "                     topk_ids I32 [T, K], topk_weights F32 [T, K+S]\n"
             "  --backend NAME     ref (default), blas, cuda, mutant:NAME, plugin:FILE.so, exec:CMD\n"
-            "  --precision P      serving (default) or exact\n"
+            "  --precision P      serving (default), exact, or engine (computed as serving)\n"
             "  --tp N, --ep N     run all N ranks of tensor / expert parallelism and sum them\n"
             "  --pad-inter N      round each rank's intermediate width up to a multiple of N\n"
             "  --stages           also write logits F32 [T, R+S] (and sink_y F32 [T, D] unsplit)\n"
@@ -70,7 +70,7 @@ static int parse_args(int argc, char **argv, run_args *a) {
         {.name = "--out", .kind = CLI_STRING, .out = &a->out, .required = true, .nonempty = true},
         {.name = "--layer", .kind = CLI_INT, .out = &a->layer, .lo = 0, .hi = 999999},
         {.name = "--backend", .kind = CLI_STRING, .out = &a->backend, .nonempty = true},
-        {.name = "--precision", .kind = CLI_CHOICE, .out = &precision, .choices = "exact,serving"},
+        {.name = "--precision", .kind = CLI_CHOICE, .out = &precision, .choices = "exact,serving,engine"},
         {.name = "--tp", .kind = CLI_INT, .out = &tp, .lo = 1, .hi = 1024, .excludes = "--ep"},
         {.name = "--ep", .kind = CLI_INT, .out = &ep, .lo = 1, .hi = 1024},
         {.name = "--pad-inter", .kind = CLI_INT, .out = &a->pad_inter, .lo = 0, .hi = 1 << 20},
@@ -81,7 +81,7 @@ static int parse_args(int argc, char **argv, run_args *a) {
     const int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = cli_parse("run", opts, n, argc, argv, usage);
     if (rc >= 0) return rc;
-    a->precision = precision == 0 ? MOE_PRECISION_EXACT : MOE_PRECISION_SERVING;
+    a->precision = precision == 0 ? MOE_PRECISION_EXACT : precision == 1 ? MOE_PRECISION_SERVING : MOE_PRECISION_ENGINE;
     if (cli_find(opts, n, "--tp")->given) a->kind = MOE_SPLIT_TP, a->n = tp;
     if (cli_find(opts, n, "--ep")->given) a->kind = MOE_SPLIT_EP, a->n = ep;
     return -1;
@@ -177,7 +177,7 @@ static moe_status run(const run_args *a, moe_error *err) {
                       (stages.filled & MOE_STAGE_TOPK) ? "logits" : "topk_ids/topk_weights");
         goto done;
     }
-    const bool serving = a->precision == MOE_PRECISION_SERVING;
+    const bool serving = a->precision != MOE_PRECISION_EXACT; /* engine: computed as serving */
     if (serving) {
         out_bf16 = malloc((TD ? TD : 1) * sizeof *out_bf16);
         if (!out_bf16) {

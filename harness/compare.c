@@ -37,7 +37,7 @@ void moe_run_free(moe_run *r) {
 }
 
 static const char *precision_name(moe_precision p) {
-    return p == MOE_PRECISION_EXACT ? "exact" : "serving";
+    return p == MOE_PRECISION_EXACT ? "exact" : p == MOE_PRECISION_ENGINE ? "engine" : "serving";
 }
 
 static void *alloc_or_null(size_t n, size_t size) { return calloc(n ? n : 1, size); }
@@ -67,7 +67,9 @@ static moe_status run_prepare(const moe_backend *be, const moe_options *opt, con
     moe_split split = {kind, n, 0, pad};
     moe_status st = moe_split_validate(cfg, &split, err);
     if (st) return st;
-    if (!be->supports(cfg, &split, opt, why, sizeof why))
+    moe_options computed = *opt; /* the engine contract is computed as serving */
+    computed.precision = moe_precision_computed(opt->precision);
+    if (!be->supports(cfg, &split, &computed, why, sizeof why))
         return moe_fail(err, MOE_ERR_UNSUPPORTED, "%s: unsupported: %s", run->name, why);
 
     const size_t TT = (size_t)(T > 0 ? T : 0), D = (size_t)cfg->D, I = (size_t)cfg->I,

@@ -24,7 +24,10 @@
  *   - y = W2 h: centre W2 h_c, radius |W2| h_rad + acc(I) |W2| |h|; output: sum of
  *     w_k y_k (weights with their radius) and sink y, plus (K + 2S + 2) roundings of the fp32
  *     (exact: double) additions and products, then the partial's rounding (bf16 / fp32); a
- *     split adds its n rounded partials in fp32 in rank order and (serving) rounds once more.
+ *     split adds its n rounded partials in fp32 in rank order and (serving) rounds once more;
+ *   - engine (a contract, computed as serving): serving plus exactly a served engine's extra
+ *     bf16 roundings: routed and sink y stored in bf16, (K + 3) bf16 roundings of the output
+ *     sum, and a split's partials added in bf16.
  * Tokens whose input row holds NaN or inf are only flagged.
  */
 #include "envelope.h"
@@ -51,8 +54,19 @@ static double acc_bound(moe_precision p, int n) {
 }
 
 static double unit(moe_precision p) { return p == MOE_PRECISION_EXACT ? UD : U32; }
+/* Serving and the engine contract round to bf16 at the served model's points. */
+static bool rounds_bf16(moe_precision p) { return p != MOE_PRECISION_EXACT; }
+/* The engine contract's extra roundings are bf16 (unit roundoff 2^-8); none elsewhere. */
+static double engine_unit(moe_precision p) { return p == MOE_PRECISION_ENGINE ? 0x1p-8 : 0.0; }
 static double to_f32(double v) { return (double)(float)v; }
 static double to_bf16(double v) { return (double)moe_round_bf16((float)v); }
+/* An end (side -1 low, +1 high) of a y stage's band as stored: fp32, or under the engine
+ * contract fp32 or bf16 (an engine's GEMM2 may write bf16), whichever reaches further. */
+static double round_y(moe_precision p, double v, int side) {
+    double f = to_f32(v), b = to_bf16(f);
+    if (p != MOE_PRECISION_ENGINE) return f;
+    return side < 0 ? (b < f ? b : f) : (b > f ? b : f);
+}
 static double silu(double z) { return z / (1.0 + exp(-z)); }
 static double dmax(double a, double b) { return a > b ? a : b; }
 static double dmin(double a, double b) { return a < b ? a : b; }
@@ -297,7 +311,7 @@ static void slot_h(builder *b, const ref_matrix *w13, double gamma, double gamma
             ru += unit(p) * (fabs(u) + ru);
         }
         double exact = silu(g) * u * gamma, lo, hi;
-        if (p == MOE_PRECISION_SERVING) {
+        if (rounds_bf16(p)) {
             double glo = to_bf16(g - rg), ghi = to_bf16(g + rg);
             double ulo = to_bf16(u - ru), uhi = to_bf16(u + ru);
             double smin = dmin(silu(glo), silu(ghi)), smax = dmax(silu(glo), silu(ghi));
@@ -364,22 +378,27 @@ static void slot_y(builder *b, const ref_matrix *w2, int expert, double weight, 
             }
         }
         if (y_band)
-            band_set(y_band, y_off + (size_t)d, c, to_f32(c - rad - ABS_FLOOR), to_f32(c + rad + ABS_FLOOR));
+            band_set(y_band, y_off + (size_t)d, c, round_y(e->precision, c - rad - ABS_FLOOR, -1),
+                     round_y(e->precision, c + rad + ABS_FLOOR, 1));
         if (sum_c) sum_c[d] += c;
         if (sum_r) sum_r[d] += rad;
     }
 }
 
 static double round_contract(moe_precision p, double v) {
-    return p == MOE_PRECISION_SERVING ? to_bf16(v) : to_f32(v);
+    return rounds_bf16(p) ? to_bf16(v) : to_f32(v);
 }
+
 
 static void token_output(builder *b, int t) {
     moe_envelope *e = b->env;
     token_scratch *s = b->s;
     const int D = e->D, K = e->K, S = e->S, n = e->split_n;
     const moe_precision p = e->precision;
-    const double adds = (double)(K + 2 * S + 2) * unit(p);
+    /* engine: each routed y and each w*y rounded to bf16, the sinks' sum rounded to bf16, and
+     * the K + 1 terms added in bf16 (K additions): (K + 3) bf16 roundings, each at most one
+     * unit of the sum of the terms' magnitudes */
+    const double adds = (double)(K + 2 * S + 2) * unit(p) + (double)(K + 3) * engine_unit(p);
     for (int d = 0; d < D; d++) {
         size_t i = (size_t)t * D + d;
         double c = s->pc[d], r = s->prad[d] + adds * s->pmag[d] + ABS_FLOOR;
@@ -394,7 +413,8 @@ static void token_output(builder *b, int t) {
             hi += phi;
             size += dmax(fabs(plo), fabs(phi));
         }
-        double add_err = (double)(n - 1) * U32 * size;
+        /* engine: the partials are added in bf16 (an all-reduce of bf16 tensors) */
+        double add_err = (double)(n - 1) * (p == MOE_PRECISION_ENGINE ? engine_unit(p) : U32) * size;
         band_set(&e->out_split, i, c, round_contract(p, lo - add_err),
                  round_contract(p, hi + add_err));
     }
@@ -439,7 +459,8 @@ static void token_envelope(builder *b, int t, const uint16_t *x_row) {
         /* the sinks' y added in fp32: S roundings of at most the sum's size */
         double c = s->sink_c[d], r = s->sink_r[d];
         r += (double)S * U32 * (fabs(c) + r) + ABS_FLOOR;
-        band_set(&e->sink_y, (size_t)t * D + d, c, to_f32(c - r), to_f32(c + r));
+        band_set(&e->sink_y, (size_t)t * D + d, c, round_y(e->precision, c - r, -1),
+                 round_y(e->precision, c + r, 1));
     }
     token_output(b, t);
 }

@@ -99,6 +99,9 @@ static moe_status candidate(fuzz_pool *pool, const moe_backend *be, const moe_op
 static moe_status contract_wanted(const fuzz_targets *tg, const moe_config *cfg, const moe_split *split,
                                   const moe_options *opt, const char *prec, fuzz_case_result *res,
                                   bool *wanted, moe_error *err) {
+    moe_options computed = *opt; /* the engine contract is computed as serving */
+    computed.precision = moe_precision_computed(opt->precision);
+    opt = &computed;
     *wanted = tg->ref_paths;
     char why[256];
     for (int i = 0; i < tg->n_candidates && !*wanted; i++) {
@@ -152,10 +155,12 @@ moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_r
     moe_cmp_case cc = {&c->cfg, &ld.w, n, xs ? xs : x};
     const bool split = c->split != MOE_SPLIT_NONE;
     const moe_split case_split = {c->split, c->n, 0, c->pad};
-    for (int p = 0; p < 2 && !st; p++) {
+    for (int p = tg->engine ? 2 : 0; p < (tg->engine ? 3 : 2) && !st; p++) {
+        static const moe_precision contracts[3] = {MOE_PRECISION_EXACT, MOE_PRECISION_SERVING, MOE_PRECISION_ENGINE};
+        static const char *const contract_names[3] = {"exact", "serving", "engine"};
         moe_options opt = moe_options_default();
-        opt.precision = p == 0 ? MOE_PRECISION_EXACT : MOE_PRECISION_SERVING;
-        const char *prec = p == 0 ? "exact" : "serving";
+        opt.precision = contracts[p];
+        const char *prec = contract_names[p];
         moe_options cand_opt = opt;
         cand_opt.n_threads = tg->n_threads;
         bool wanted;
@@ -274,9 +279,9 @@ double fuzz_now(void) {
 }
 
 long fuzz_hunt(const moe_backend *be, const fuzz_suite *s, uint64_t seed, long max_cases,
-               double max_seconds, bool output_only, fuzz_case *caught, fuzz_case_result *res) {
+               double max_seconds, unsigned flags, fuzz_case *caught, fuzz_case_result *res) {
     const moe_backend *cands[1] = {be};
-    fuzz_targets tg = {cands, 1, false, 1, output_only, NULL};
+    fuzz_targets tg = {cands, 1, false, 1, (flags & FUZZ_HUNT_OUTPUT_ONLY) != 0, NULL, (flags & FUZZ_HUNT_ENGINE) != 0};
     double t0 = fuzz_now();
     long counted = 0;
     for (long i = 0; counted < max_cases && fuzz_now() - t0 < max_seconds; i++) {

@@ -49,6 +49,7 @@ typedef struct {
     int n_threads;  /* the candidates' moe_options.n_threads (0: the backend's default) */
     bool output_only; /* judge the candidates' output alone, as for a path that fills no stage */
     fuzz_pool *pool;  /* live layers reused across cases; NULL: a fresh layer for every run */
+    bool engine;      /* judge by the engine contract only (paths "<name>/engine"), not exact and serving */
 } fuzz_targets;
 
 /* Runs one path on T tokens of x into *run, as moe_run_path does (intermediates wanted): on the
@@ -85,12 +86,14 @@ int fuzz_shrink(const fuzz_case *c, const char *path, const fuzz_targets *tg, in
 /* Seconds on a monotonic clock. */
 double fuzz_now(void);
 
-/* Draws suite cases (from seed) against one backend (candidates only; with output_only, judged
- * on their output alone) until a case fails.
+/* Draws suite cases (from seed) against one backend (candidates only) until a case fails.
+ * flags: FUZZ_HUNT_OUTPUT_ONLY judges the output alone; FUZZ_HUNT_ENGINE judges by the engine
+ * contract only (true and false still mean output-only or not).
  * Cases the backend declines on every path are not counted. Returns the number of cases it
  * took, or -1 if none failed within max_cases counted cases or max_seconds; on success
  * *caught and *res describe the catching case. */
+enum { FUZZ_HUNT_OUTPUT_ONLY = 1u, FUZZ_HUNT_ENGINE = 2u };
 long fuzz_hunt(const moe_backend *be, const fuzz_suite *s, uint64_t seed, long max_cases,
-               double max_seconds, bool output_only, fuzz_case *caught, fuzz_case_result *res);
+               double max_seconds, unsigned flags, fuzz_case *caught, fuzz_case_result *res);
 
 #endif
