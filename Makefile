@@ -131,7 +131,7 @@ fuzz-parse:
 	clang -std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -fsanitize=fuzzer,address,undefined -I. \
 	    $(shell pkg-config --cflags libcjson) fuzz/fuzz_parse.c common/safetensors.c \
 	    common/checkpoint.c common/shard.c common/numeric.c common/status.c common/out_file.c \
-	    common/routed_formats.c \
+	    common/routed_formats.c common/in_file.c \
 	    $(shell pkg-config --libs libcjson) -lm -o $(BUILD)/fuzz-parse/fuzz_parse
 	@echo "fuzz-parse: $(FUZZ_PARSE_SECONDS) s; full log in $(BUILD)/fuzz-parse/log"
 	@$(BUILD)/fuzz-parse/fuzz_parse -max_total_time=$(FUZZ_PARSE_SECONDS) -print_final_stats=1 \

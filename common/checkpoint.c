@@ -5,15 +5,19 @@
  *   - config fields have one meaning each: the MoE width is moe_intermediate_size when present,
  *     else intermediate_size; K > R, non-integers and missing fields fail naming the field;
  *   - each tensor of SPEC §3a is checked for presence, dtype and shape against the config; the
- *     two scale layouts [R*2I, D/32] and [R, 2I, D/32] are the same bytes, so both are used
- *     in place; gate.global_scale may be F32 or BF16, shape [1] or [];
+ *     two scale layouts [R*2I, D/32] and [R, 2I, D/32] are the same bytes, so both are read
+ *     the same way; gate.global_scale may be F32 or BF16, shape [1] or [];
  *   - a flag that is false with its tensor present, or true with it absent, is an error;
- *   - pointers point into the mappings; a tensor whose offset is not aligned to its element
- *     size (legal in the format, never written by the usual writers) is copied out once;
- *   - NaN scale bytes and overflowing scales are found by moe_shard_build, which reads only the
- *     slab a rank holds and names the tensor and index.
+ *   - a layer's tensors are read with pread into memory the checkpoint owns (so aligned, at
+ *     any file offset), never used in place in a mapping: a file truncated underneath is an
+ *     error naming it, not SIGBUS;
+ *   - files open without blocking (in_file.h); config.json and the index are strict JSON,
+ *     size-capped, parsed in one pass; tensor names must be UTF-8, unique in the weight map;
+ *   - NaN scale bytes and overflowing scales are found by moe_shard_build, which checks the
+ *     slab a rank holds and names the full tensor name (moe_weights.name_prefix) and index.
  */
 #include "checkpoint.h"
+#include "in_file.h"
 #include "numeric.h"
 
 #include <cJSON.h>
@@ -26,8 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
-#define CONFIG_MAX_BYTES (16u << 20)
 #define LAYER_PREFIX "model.llm.layers."
 #define GATE_SUFFIX ".mlp.gate.weight"
 
@@ -179,6 +183,16 @@ static moe_status parse_config(const char *label, const cJSON *root, moe_model_c
     return MOE_OK;
 }
 
+/* Strict JSON: after the value only whitespace, to the last byte (a NUL is not whitespace). */
+static moe_status json_trailing(const char *label, const char *text, size_t len, const char *end,
+                                moe_error *err) {
+    for (const char *p = end; p < text + len; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r')
+            return moe_fail(err, MOE_ERR_FORMAT, "%s: bytes after the JSON value (byte %lld)", label,
+                            (long long)(p - text));
+    return MOE_OK;
+}
+
 moe_status moe_model_config_parse(const char *text, size_t len, const char *label,
                                   moe_model_config *mc, moe_error *err) {
     if (!mc) return moe_fail(err, MOE_ERR_ARG, "config: NULL");
@@ -191,7 +205,8 @@ moe_status moe_model_config_parse(const char *text, size_t len, const char *labe
         return moe_fail(err, MOE_ERR_FORMAT, "%s: not valid JSON (near byte %lld)", label,
                         end ? (long long)(end - text) : -1LL);
     }
-    moe_status st = parse_config(label, root, mc, err);
+    moe_status st = json_trailing(label, text, len, end, err);
+    if (!st) st = parse_config(label, root, mc, err);
     cJSON_Delete(root);
     if (st) moe_model_config_free(mc);
     return st;
@@ -206,8 +221,9 @@ moe_status moe_model_config_add_hf_quant(const char *text, size_t len, const cha
         return moe_fail(err, MOE_ERR_FORMAT, "%s: not valid JSON (near byte %lld)", label,
                         end && text ? (long long)(end - text) : -1LL);
     const cJSON *q = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "quantization") : NULL;
-    moe_status st = MOE_OK;
-    if (!cJSON_IsObject(q)) {
+    moe_status st = json_trailing(label, text, len, end, err);
+    if (st) {
+    } else if (!cJSON_IsObject(q)) {
         st = moe_fail(err, MOE_ERR_CONFIG, "%s: config field quantization: %s", label,
                       q ? "not an object" : "missing");
     } else {
@@ -265,31 +281,6 @@ static char *join_path(const char *dir, const char *name) {
     return p;
 }
 
-/* Reads a whole small file: *text [*len + 1], NUL-terminated. */
-static moe_status read_small_file(const char *path, char **text, size_t *len, moe_error *err) {
-    *text = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return moe_fail(err, MOE_ERR_IO, "file %s: cannot open: %s", path, strerror(errno));
-    char *buf = malloc(CONFIG_MAX_BYTES + 1);
-    if (!buf) {
-        fclose(f);
-        return moe_fail(err, MOE_ERR_NOMEM, "file %s: out of memory", path);
-    }
-    size_t n = fread(buf, 1, CONFIG_MAX_BYTES + 1, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || n > CONFIG_MAX_BYTES) {
-        free(buf);
-        return bad ? moe_fail(err, MOE_ERR_IO, "file %s: read error", path)
-                   : moe_fail(err, MOE_ERR_FORMAT, "file %s: larger than %u bytes", path,
-                              CONFIG_MAX_BYTES);
-    }
-    buf[n] = '\0';
-    *text = buf;
-    *len = n;
-    return MOE_OK;
-}
-
 void moe_checkpoint_close(moe_checkpoint *ck) {
     if (!ck) return;
     for (int i = 0; i < ck->n_names; i++) {
@@ -314,6 +305,9 @@ void moe_checkpoint_close(moe_checkpoint *ck) {
 static moe_status add_name(moe_checkpoint *ck, const char *name, const char *file, int cap,
                            moe_error *err) {
     if (ck->n_names >= cap) return moe_fail(err, MOE_ERR_INTERNAL, "checkpoint: name table full");
+    if (!moe_utf8_valid(name, strlen(name)))
+        return moe_fail(err, MOE_ERR_FORMAT, "checkpoint %s: tensor name '%s' is not valid UTF-8",
+                        ck->dir, name);
     ck->names[ck->n_names] = strdup(name);
     ck->name_file[ck->n_names] = strdup(file);
     if (!ck->names[ck->n_names] || !ck->name_file[ck->n_names]) {
@@ -362,43 +356,76 @@ static moe_status open_file(moe_checkpoint *ck, const char *name, const moe_st_f
     return MOE_OK;
 }
 
+static int by_name_ptr(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A tensor named twice in the weight map would make the lookup depend on order: refused. */
+static moe_status check_unique_names(const moe_checkpoint *ck, const char *path, moe_error *err) {
+    char **sorted = malloc((size_t)(ck->n_names ? ck->n_names : 1) * sizeof *sorted);
+    if (!sorted) return moe_fail(err, MOE_ERR_NOMEM, "checkpoint: out of memory");
+    memcpy(sorted, ck->names, (size_t)ck->n_names * sizeof *sorted);
+    qsort(sorted, (size_t)ck->n_names, sizeof *sorted, by_name_ptr);
+    moe_status st = MOE_OK;
+    for (int i = 1; i < ck->n_names && !st; i++)
+        if (!strcmp(sorted[i], sorted[i - 1]))
+            st = moe_fail(err, MOE_ERR_FORMAT, "file %s: tensor %s appears twice in weight_map", path,
+                          sorted[i]);
+    free(sorted);
+    return st;
+}
+
+/* The index, in time linear in its size: one pass over weight_map's members. */
 static moe_status read_index(moe_checkpoint *ck, const char *path, moe_error *err) {
     char *text;
     size_t len;
-    moe_status st = read_small_file(path, &text, &len, err);
+    moe_status st = moe_in_read_small(path, MOE_INDEX_MAX_BYTES, &text, &len, err);
     if (st) return st;
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root)
+        st = moe_fail(err, MOE_ERR_FORMAT, "file %s: not valid JSON (near byte %lld)", path,
+                      end ? (long long)(end - text) : -1LL);
+    else st = json_trailing(path, text, len, end, err);
     free(text);
     const cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
-    if (!root || !cJSON_IsObject(root)) st = moe_fail(err, MOE_ERR_FORMAT, "file %s: not a JSON object", path);
-    else if (!cJSON_IsObject(map))
+    if (!st && !cJSON_IsObject(root)) st = moe_fail(err, MOE_ERR_FORMAT, "file %s: not a JSON object", path);
+    else if (!st && !cJSON_IsObject(map))
         st = moe_fail(err, MOE_ERR_FORMAT, "file %s: field weight_map: missing or not an object", path);
-    if (!st) st = alloc_names(ck, cJSON_GetArraySize(map), err);
+    int n = 0;
+    for (const cJSON *e = st ? NULL : map->child; e && n < INT_MAX; e = e->next) n++;
+    if (!st) st = alloc_names(ck, n, err);
     for (const cJSON *e = st ? NULL : map->child; e && !st; e = e->next) {
         const char *file = cJSON_IsString(e) ? e->valuestring : NULL;
-        if (!file || !file[0] || strchr(file, '/') || !strcmp(file, ".") || !strcmp(file, ".."))
+        if (!file || !file[0] || strchr(file, '/') || !strcmp(file, ".") || !strcmp(file, "..") ||
+            !moe_utf8_valid(file, strlen(file)))
             st = moe_fail(err, MOE_ERR_FORMAT,
                           "file %s: weight_map entry for tensor %s is not a file name in the "
                           "model directory",
                           path, e->string);
         else
-            st = add_name(ck, e->string, file, cJSON_GetArraySize(map), err);
+            st = add_name(ck, e->string, file, n, err);
     }
+    if (!st) st = check_unique_names(ck, path, err);
     cJSON_Delete(root);
     return st;
 }
 
-/* ModelOpt's hf_quant_config.json beside config.json, when there is one. */
+/* Whether path exists (stat, not open: a named pipe there must not block; the reader refuses
+ * it). Other errors than "absent" count as present, so that the reader names them. */
+static bool present(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 || errno != ENOENT;
+}
+
 static moe_status read_hf_quant_config(moe_checkpoint *ck, moe_error *err) {
     char *path = join_path(ck->dir, "hf_quant_config.json");
     if (!path) return moe_fail(err, MOE_ERR_NOMEM, "checkpoint: out of memory");
-    FILE *probe = fopen(path, "rb");
     moe_status st = MOE_OK;
-    if (probe) {
-        fclose(probe);
+    if (present(path)) {
         char *text = NULL;
         size_t len = 0;
-        st = read_small_file(path, &text, &len, err);
+        st = moe_in_read_small(path, MOE_CONFIG_MAX_BYTES, &text, &len, err);
         if (!st) st = moe_model_config_add_hf_quant(text, len, path, &ck->config, err);
         free(text);
     }
@@ -420,20 +447,21 @@ moe_status moe_checkpoint_open(const char *dir, moe_checkpoint *ck, moe_error *e
         st = moe_fail(err, MOE_ERR_NOMEM, "checkpoint: out of memory");
         goto done;
     }
-    st = read_small_file(config_path, &text, &len, err);
+    st = moe_in_read_small(config_path, MOE_CONFIG_MAX_BYTES, &text, &len, err);
     if (!st) st = moe_model_config_parse(text, len, config_path, &ck->config, err);
     if (!st) st = read_hf_quant_config(ck, err);
     if (st) goto done;
-    FILE *probe = fopen(index_path, "rb");
-    if (probe) {
-        fclose(probe);
+    if (present(index_path)) {
         st = read_index(ck, index_path, err);
     } else {
         const moe_st_file *f;
+        char *single = join_path(dir, "model.safetensors");
+        bool absent = single && !present(single);
+        free(single);
         st = open_file(ck, "model.safetensors", &f, err);
-        if (st && err && err->status == MOE_ERR_IO)
+        if (st && absent)
             st = moe_fail(err, MOE_ERR_IO,
-                          "model directory %s: neither model.safetensors.index.json nor a readable "
+                          "model directory %s: neither model.safetensors.index.json nor "
                           "model.safetensors",
                           dir);
         if (!st) st = alloc_names(ck, f->n_tensors, err);
@@ -478,20 +506,63 @@ static const char *lookup_file(const moe_checkpoint *ck, const char *name) {
     return NULL;
 }
 
-const moe_st_tensor *moe_checkpoint_tensor(moe_checkpoint *ck, const char *name, moe_error *err) {
-    const char *file = lookup_file(ck, name);
-    if (!file) {
+/* A tensor by full name and the file holding it, opening that file if needed. */
+static const moe_st_tensor *find_tensor(moe_checkpoint *ck, const char *name,
+                                        const moe_st_file **file, moe_error *err) {
+    const char *fname = lookup_file(ck, name);
+    if (!fname) {
         moe_fail(err, MOE_ERR_SHAPE, "missing tensor %s", name);
         return NULL;
     }
-    const moe_st_file *f;
-    if (open_file(ck, file, &f, err)) return NULL;
-    const moe_st_tensor *t = moe_st_find(f, name);
+    if (open_file(ck, fname, file, err)) return NULL;
+    const moe_st_tensor *t = moe_st_find(*file, name);
     if (!t)
         moe_fail(err, MOE_ERR_FORMAT,
                  "missing tensor %s: the weight map names file %s, which does not hold it", name,
-                 file);
+                 fname);
     return t;
+}
+
+const moe_st_tensor *moe_checkpoint_tensor(moe_checkpoint *ck, const char *name, moe_error *err) {
+    const moe_st_file *f;
+    return find_tensor(ck, name, &f, err);
+}
+
+/* Keeps p (malloc'ed) until moe_checkpoint_close; frees it and fails if it cannot. */
+static moe_status keep(moe_checkpoint *ck, void *p, moe_error *err) {
+    void **copies = realloc(ck->copies, (size_t)(ck->n_copies + 1) * sizeof *copies);
+    if (!copies) {
+        free(p);
+        return moe_fail(err, MOE_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    ck->copies = copies;
+    ck->copies[ck->n_copies++] = p;
+    return MOE_OK;
+}
+
+/* t's bytes read from file f (pread: a file shrunk underneath is an error, not SIGBUS) into
+ * aligned memory owned by ck. */
+static moe_status read_data(moe_checkpoint *ck, const moe_st_file *f, const moe_st_tensor *t,
+                            const void **out, moe_error *err) {
+    void *copy = malloc(t->nbytes ? (size_t)t->nbytes : 1);
+    if (!copy)
+        return moe_fail(err, MOE_ERR_NOMEM, "tensor %s: out of memory (%llu bytes)", t->name,
+                        (unsigned long long)t->nbytes);
+    moe_status st = moe_st_read(f, t, copy, err);
+    if (st) {
+        free(copy);
+        return st;
+    }
+    *out = copy;
+    return keep(ck, copy, err);
+}
+
+/* A tensor by full name, read whole (read_data). */
+static const moe_st_tensor *read_tensor(moe_checkpoint *ck, const char *name, const void **out,
+                                        moe_error *err) {
+    const moe_st_file *f;
+    const moe_st_tensor *t = find_tensor(ck, name, &f, err);
+    return t && !read_data(ck, f, t, out, err) ? t : NULL;
 }
 
 /* ---------------------------------------------------------------- one layer */
@@ -532,34 +603,14 @@ static moe_status check_tensor(layer_ctx *lc, const moe_st_tensor *t, moe_st_dty
     return MOE_OK;
 }
 
-/* A pointer to t's elements aligned for its dtype: in place, or a copy owned by ck. */
-static moe_status aligned_data(moe_checkpoint *ck, const moe_st_tensor *t, const void **out,
-                               moe_error *err) {
-    size_t align = moe_st_dtype_size(t->dtype);
-    if ((uintptr_t)t->data % align == 0) {
-        *out = t->data;
-        return MOE_OK;
-    }
-    void **copies = realloc(ck->copies, (size_t)(ck->n_copies + 1) * sizeof *copies);
-    if (copies) ck->copies = copies;
-    void *copy = malloc(t->nbytes ? (size_t)t->nbytes : 1);
-    if (!copies || !copy) {
-        free(copy);
-        return moe_fail(err, MOE_ERR_NOMEM, "tensor %s: out of memory for an aligned copy", t->name);
-    }
-    memcpy(copy, t->data, (size_t)t->nbytes);
-    ck->copies[ck->n_copies++] = copy;
-    *out = copy;
-    return MOE_OK;
-}
-
 /* Finds suffix and checks it; *data receives its aligned elements. */
 static moe_status load(layer_ctx *lc, const char *suffix, moe_st_dtype dtype, int ndim,
                        const int64_t *dims, const void **data, moe_error *err) {
-    const moe_st_tensor *t = moe_checkpoint_tensor(lc->ck, full_name(lc, suffix), err);
+    const moe_st_file *f;
+    const moe_st_tensor *t = find_tensor(lc->ck, full_name(lc, suffix), &f, err);
     if (!t) return err ? err->status : MOE_ERR_SHAPE;
     moe_status st = check_tensor(lc, t, dtype, ndim, dims, err);
-    return st ? st : aligned_data(lc->ck, t, data, err);
+    return st ? st : read_data(lc->ck, f, t, data, err);
 }
 
 /* A flag and the presence of its tensor must agree; an absent flag follows the tensor. */
@@ -676,8 +727,12 @@ static moe_status load_scalar(layer_ctx *lc, const char *suffix, float *out, moe
         return moe_fail(err, MOE_ERR_SHAPE, "tensor %s: shape %s, expected [1]", t->name,
                         moe_st_shape_str(t->ndim, t->shape, got, sizeof got));
     }
+    const void *data = NULL;
+    if (!read_tensor(lc->ck, t->name, &data, err)) return err ? err->status : MOE_ERR_IO;
+    moe_st_tensor copy = *t; /* the read bytes, not the mapping */
+    copy.data = data;
     float v[1];
-    moe_st_to_f32(t, v);
+    moe_st_to_f32(&copy, v);
     *out = v[0];
     return MOE_OK;
 }
@@ -702,6 +757,7 @@ static moe_status load_sidecars(layer_ctx *lc, const char *weight, int which, bo
     }
     snprintf(suffix, sizeof suffix, "%s.original_shape", weight);
     if (!required && !has_tensor(lc, suffix)) return MOE_OK;
+    const void *data = NULL;
     const moe_st_tensor *t = moe_checkpoint_tensor(lc->ck, full_name(lc, suffix), err);
     if (!t) return err ? err->status : MOE_ERR_SHAPE;
     if (t->dtype != MOE_ST_I32 && t->dtype != MOE_ST_I64)
@@ -712,13 +768,14 @@ static moe_status load_sidecars(layer_ctx *lc, const char *weight, int which, bo
         return moe_fail(err, MOE_ERR_SHAPE, "tensor %s: shape %s, expected [3]", t->name,
                         moe_st_shape_str(t->ndim, t->shape, got, sizeof got));
     }
+    if (!read_tensor(lc->ck, t->name, &data, err)) return err ? err->status : MOE_ERR_IO;
     for (int i = 0; i < 3; i++) {
         int64_t v;
         if (t->dtype == MOE_ST_I64) {
-            memcpy(&v, (const uint8_t *)t->data + 8 * i, 8);
+            memcpy(&v, (const uint8_t *)data + 8 * i, 8);
         } else {
             int32_t v32;
-            memcpy(&v32, (const uint8_t *)t->data + 4 * i, 4);
+            memcpy(&v32, (const uint8_t *)data + 4 * i, 4);
             v = v32;
         }
         if (v != unpacked[i])
@@ -747,7 +804,8 @@ static moe_status load_block_experts(layer_ctx *lc, const moe_config *cfg, moe_w
         char suffix[96];
         st = load(lc, weight, MOE_ST_U8, 3, (const int64_t[]){R, rows, cols / 2}, &codes, err);
         snprintf(suffix, sizeof suffix, "%s%s", weight, rs->scale_suffix);
-        const moe_st_tensor *t = st ? NULL : moe_checkpoint_tensor(lc->ck, full_name(lc, suffix), err);
+        const moe_st_file *f = NULL;
+        const moe_st_tensor *t = st ? NULL : find_tensor(lc->ck, full_name(lc, suffix), &f, err);
         if (!st && !t) st = err ? err->status : MOE_ERR_SHAPE;
         if (!st) {
             bool flat = t->ndim == 2;
@@ -756,7 +814,7 @@ static moe_status load_block_experts(layer_ctx *lc, const moe_config *cfg, moe_w
                                    : (const int64_t[]){R, rows, cols / B},
                               err);
         }
-        if (!st) st = aligned_data(lc->ck, t, &scales, err);
+        if (!st) st = read_data(lc->ck, f, t, &scales, err);
         if (!st && fi->has_scale2) {
             snprintf(suffix, sizeof suffix, "%s.scale2", weight);
             st = load(lc, suffix, MOE_ST_F32, 1, (const int64_t[]){R}, &scale2, err);
@@ -901,10 +959,13 @@ moe_status moe_checkpoint_layer(moe_checkpoint *ck, int layer, int *layer_out, m
         w->sink_w2 = p;
     }
     if (!st) st = check_unknown_tensors(&lc, cfg.routed_format, err);
+    char *prefix = st ? NULL : strdup(lc.prefix);
+    if (!st) st = prefix ? keep(ck, prefix, err) : moe_fail(err, MOE_ERR_NOMEM, "checkpoint: out of memory");
     if (st) {
         memset(w, 0, sizeof *w);
         return st;
     }
+    w->name_prefix = prefix;
     ck->info.format = cfg.routed_format;
     *cfg_out = cfg;
     return MOE_OK;
@@ -930,7 +991,11 @@ moe_status moe_read_input(const char *path, int D, int *T, uint16_t **x, moe_err
         *T = (int)t->shape[0];
         *x = malloc(t->nbytes ? (size_t)t->nbytes : 1);
         if (!*x) st = moe_fail(err, MOE_ERR_NOMEM, "tensor x: out of memory");
-        else memcpy(*x, t->data, (size_t)t->nbytes);
+        else st = moe_st_read(&f, t, *x, err);
+        if (st) {
+            free(*x);
+            *x = NULL;
+        }
     }
     moe_st_close(&f);
     return st;

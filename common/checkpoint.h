@@ -1,6 +1,6 @@
 /*
  * checkpoint.h: one MoE layer of a checkpoint directory, as a moe_config plus a moe_weights
- * view whose pointers point into the memory-mapped safetensors files (SPEC §3a, §5).
+ * view whose tensors were read (pread) into memory the checkpoint owns (SPEC §3a, §5).
  *
  * Rules (docs/formats.md has the full list and the decisions behind them):
  *   - config.json: the text config at the top level or under "text_config"; the MoE width is
@@ -17,7 +17,9 @@
  *     hf_quant_config.json beside config.json when present;
  *   - any other tensor under the layer's mlp. prefix is recorded in info (strict: an error);
  *   - every inconsistency fails with a message naming the tensor or config field.
- * A shard built from the view with moe_shard_build reads only the rank's slab of the files.
+ * Files are opened without blocking and must be regular files; config.json (16 MiB) and the
+ * index (64 MiB) are size-capped, strict JSON (nothing after the value) and parsed in linear
+ * time; tensor names must be UTF-8. A file truncated while it is read is an error naming it.
  */
 #ifndef INKLING_CHECKPOINT_H
 #define INKLING_CHECKPOINT_H
@@ -108,7 +110,7 @@ moe_status moe_checkpoint_layer(moe_checkpoint *ck, int layer, int *layer_out, m
 const moe_st_tensor *moe_checkpoint_tensor(moe_checkpoint *ck, const char *name, moe_error *err);
 
 /* An input file's x [T, D] bf16 (SPEC §5), checked against hidden_size D and copied out of the
- * mapping into *x (malloc'ed; free it). Errors name the file and the tensor. */
+ * file into *x (malloc'ed; free it). Errors name the file and the tensor. */
 moe_status moe_read_input(const char *path, int D, int *T, uint16_t **x, moe_error *err);
 
 #endif /* INKLING_CHECKPOINT_H */

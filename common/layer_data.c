@@ -58,7 +58,7 @@ moe_status moe_layer_data_alloc(const moe_config *cfg, moe_layer_data *ld, moe_e
     }
     moe_weights w = {ld->gate_w,  ld->gate_bias, 1.0f,        ld->w13_mx,   ld->w13_scale, ld->w2_mx,
                      ld->w2_scale, ld->w13_bf16, ld->w2_bf16, ld->sink_w13, ld->sink_w2,
-                     ld->w13_scale2, ld->w2_scale2};
+                     ld->w13_scale2, ld->w2_scale2, NULL};
     ld->w = w;
     return MOE_OK;
 }

@@ -105,8 +105,8 @@ typedef struct {
  * for the block formats, finite route_scale). Names the offending config field on failure. */
 moe_status moe_config_validate(const moe_config *cfg, moe_error *err);
 
-/* The full layer's weights, as in the checkpoint (SPEC §3a). Pointers are borrowed (they may
- * point into memory-mapped files). Only the members of cfg->routed_format are read. */
+/* The full layer's weights, as in the checkpoint (SPEC §3a). Pointers are borrowed. Only the
+ * members of cfg->routed_format are read. */
 typedef struct {
     const uint16_t *gate_w;     /* [R+S, D] bf16; rows >= R are the sinks' gate rows */
     const float *gate_bias;     /* [R], or NULL when !has_gate_bias */
@@ -121,6 +121,8 @@ typedef struct {
     const uint16_t *sink_w2;    /* bf16  [S, D, I] */
     const float *w13_scale2;    /* NVFP4 [R] fp32, finite and >= 0; NULL otherwise */
     const float *w2_scale2;     /* NVFP4 [R] */
+    const char *name_prefix;    /* the tensors' name prefix in messages ("model.llm.layers.3.mlp."),
+                                 * or NULL for none */
 } moe_weights;
 
 /* ---------------------------------------------------------------- splits and shards */

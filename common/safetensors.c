@@ -11,6 +11,7 @@
  */
 #include "safetensors.h"
 
+#include "in_file.h"
 #include "numeric.h"
 #include "out_file.h"
 
@@ -66,6 +67,7 @@ void moe_st_close(moe_st_file *f) {
     for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
     free(f->tensors);
     if (f->map) munmap(f->map, f->map_size);
+    if (f->owns_fd) close(f->fd);
     free(f->label);
     memset(f, 0, sizeof *f);
 }
@@ -209,7 +211,6 @@ static moe_status check_layout(moe_st_file *f, moe_error *err) {
                           "file %s: tensor %s: data_offsets begin at %llu, leaving a hole after "
                           "byte %llu",
                           f->label, t->name, (unsigned long long)t->offset, (unsigned long long)at);
-        t->data = f->data + t->offset;
         at = t->offset + t->nbytes;
     }
     if (!st && at != f->data_size)
@@ -222,20 +223,29 @@ static moe_status check_layout(moe_st_file *f, moe_error *err) {
     return st;
 }
 
-static moe_status parse_header(moe_st_file *f, const uint8_t *bytes, size_t size, moe_error *err) {
-    if (size < 8)
+/* Points every tensor's data into the image's data section, when there is an image. */
+static void set_data(moe_st_file *f) {
+    for (int i = 0; i < f->n_tensors; i++)
+        f->tensors[i].data = f->data ? f->data + f->tensors[i].offset : NULL;
+}
+
+/* bytes [avail] hold at least the length and the header of a file of size bytes (the whole
+ * image for moe_st_parse, the first 8 + N bytes for moe_st_open). */
+static moe_status parse_header(moe_st_file *f, const uint8_t *bytes, size_t avail, uint64_t size,
+                               moe_error *err) {
+    if (size < 8 || avail < 8)
         return moe_fail(err, MOE_ERR_FORMAT,
-                        "file %s: truncated: %zu bytes, less than the 8-byte header length", f->label,
-                        size);
+                        "file %s: truncated: %llu bytes, less than the 8-byte header length", f->label,
+                        (unsigned long long)size);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | bytes[i];
     if (hlen < 2 || hlen > MOE_ST_MAX_HEADER)
         return moe_fail(err, MOE_ERR_FORMAT, "file %s: header length %llu is absurd (allowed 2..%llu)",
                         f->label, (unsigned long long)hlen, (unsigned long long)MOE_ST_MAX_HEADER);
-    if (hlen > size - 8)
+    if (hlen > size - 8 || hlen > avail - 8)
         return moe_fail(err, MOE_ERR_FORMAT,
-                        "file %s: truncated: header length %llu but only %zu bytes follow it",
-                        f->label, (unsigned long long)hlen, size - 8);
+                        "file %s: truncated: header length %llu but only %llu bytes follow it",
+                        f->label, (unsigned long long)hlen, (unsigned long long)(size - 8));
     const char *text = (const char *)bytes + 8;
     if (text[0] != '{')
         return moe_fail(err, MOE_ERR_FORMAT, "file %s: header does not start with '{'", f->label);
@@ -253,7 +263,8 @@ static moe_status parse_header(moe_st_file *f, const uint8_t *bytes, size_t size
                             "file %s: header has bytes after its JSON object (byte %lld)", f->label,
                             (long long)(p - text));
         }
-    f->data = bytes + 8 + hlen;
+    f->data = avail >= size ? bytes + 8 + hlen : NULL;
+    f->data_offset = 8 + hlen;
     f->data_size = size - 8 - hlen;
     int n = 0;
     for (const cJSON *it = root->child; it; it = it->next)
@@ -269,6 +280,11 @@ static moe_status parse_header(moe_st_file *f, const uint8_t *bytes, size_t size
         }
         if (!it->string[0]) {
             st = moe_fail(err, MOE_ERR_FORMAT, "file %s: a tensor has an empty name", f->label);
+            continue;
+        }
+        if (!moe_utf8_valid(it->string, strlen(it->string))) {
+            st = moe_fail(err, MOE_ERR_FORMAT, "file %s: tensor name '%s' is not valid UTF-8",
+                          f->label, it->string);
             continue;
         }
         moe_st_tensor *t = &f->tensors[f->n_tensors];
@@ -297,40 +313,75 @@ moe_status moe_st_parse(const void *bytes, size_t size, const char *label, moe_s
     if (!bytes && size) return moe_fail(err, MOE_ERR_ARG, "safetensors: NULL bytes");
     f->label = strdup(label ? label : "(buffer)");
     if (!f->label) return moe_fail(err, MOE_ERR_NOMEM, "safetensors: out of memory");
-    moe_status st = parse_header(f, bytes, size, err);
+    moe_status st = parse_header(f, bytes, size, size, err);
     if (st) moe_st_close(f);
+    else set_data(f);
     return st;
+}
+
+/* The length and the header of the open file fd [size] into *head [*avail] (malloc'ed): all of
+ * it when the length is plausible, else just the length for parse_header to name the fault. */
+static moe_status read_head(int fd, uint64_t size, const char *path, uint8_t **head, size_t *avail,
+                            moe_error *err) {
+    uint8_t len8[8];
+    size_t n = size < 8 ? (size_t)size : 8;
+    moe_status st = moe_in_pread(fd, len8, n, 0, path, "header length", err);
+    if (st) return st;
+    uint64_t hlen = 0;
+    for (int i = (int)n - 1; i >= 0; i--) hlen = hlen << 8 | len8[i];
+    if (n == 8 && hlen >= 2 && hlen <= MOE_ST_MAX_HEADER && hlen <= size - 8) n = 8 + (size_t)hlen;
+    *head = malloc(n ? n : 1);
+    if (!*head) return moe_fail(err, MOE_ERR_NOMEM, "file %s: out of memory for the header", path);
+    memcpy(*head, len8, n < 8 ? n : 8);
+    *avail = n;
+    return n > 8 ? moe_in_pread(fd, *head + 8, n - 8, 8, path, "header", err) : MOE_OK;
 }
 
 moe_status moe_st_open(const char *path, moe_st_file *f, moe_error *err) {
     if (!f || !path) return moe_fail(err, MOE_ERR_ARG, "safetensors: NULL path or file");
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return moe_fail(err, MOE_ERR_IO, "file %s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return moe_fail(err, MOE_ERR_IO, "file %s: not a regular file", path);
-    }
-    size_t size = (size_t)sb.st_size;
+    int fd;
+    uint64_t size;
+    moe_status st = moe_in_open(path, &fd, &size, err);
+    if (st) return st;
+    uint8_t *head = NULL;
+    size_t avail = 0;
+    f->fd = fd;
+    f->owns_fd = true;
+    f->label = strdup(path);
+    st = f->label ? read_head(fd, size, path, &head, &avail, err)
+                  : moe_fail(err, MOE_ERR_NOMEM, "safetensors: out of memory");
+    if (!st) st = parse_header(f, head, avail, size, err);
+    free(head);
+    f->data = NULL; /* the header was parsed from a copy: tensors are read with moe_st_read */
+    /* A read-only mapping for callers that look at t->data of their own files (tests); the
+     * loader and the tool never touch it, so a file shrinking underneath cannot fault them. */
     void *map = NULL;
-    if (size >= 8) {
-        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
-            close(fd);
-            return moe_fail(err, MOE_ERR_IO, "file %s: cannot map: %s", path, strerror(errno));
-        }
+    if (!st && size >= 8 && size <= SIZE_MAX) {
+        map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map == MAP_FAILED)
+            st = moe_fail(err, MOE_ERR_IO, "file %s: cannot map: %s", path, strerror(errno));
     }
-    close(fd);
-    static const uint8_t empty[1];
-    moe_status st = moe_st_parse(map ? map : empty, size, path, f, err);
     if (st) {
-        if (map) munmap(map, size);
+        moe_st_close(f);
         return st;
     }
     f->map = map;
-    f->map_size = size;
+    f->map_size = (size_t)size;
+    f->data = map ? (const uint8_t *)map + f->data_offset : NULL;
+    set_data(f);
     return MOE_OK;
+}
+
+moe_status moe_st_read(const moe_st_file *f, const moe_st_tensor *t, void *dst, moe_error *err) {
+    if (!t->nbytes) return MOE_OK;
+    if (!f->owns_fd) {
+        memcpy(dst, t->data, (size_t)t->nbytes);
+        return MOE_OK;
+    }
+    char what[300];
+    snprintf(what, sizeof what, "tensor %.250s", t->name);
+    return moe_in_pread(f->fd, dst, (size_t)t->nbytes, f->data_offset + t->offset, f->label, what, err);
 }
 
 /* ---------------------------------------------------------------- writer */

@@ -9,8 +9,9 @@
  *   - begin <= end <= data length, end - begin = product(shape) * element size (overflow
  *     checked), and the tensors tile the data section exactly: no overlap, no hole, no
  *     trailing bytes (as the reference Rust implementation requires);
- *   - a file is memory-mapped and only its header is read when it is opened: a tensor's
- *     bytes are touched only when a caller reads them;
+ *   - opening a file reads only its header (pread); a tensor's bytes are read when a caller
+ *     asks (moe_st_read);
+ *   - tensor names must be valid UTF-8;
  *   - the writer writes a fresh temporary next to NAME, fsyncs it and renames it to NAME
  *     (common/out_file.h), so no partial file is ever left under NAME; tensors are laid out by element size, largest first, so that every tensor
  *     is aligned to its element size when the data section is (the header is padded to 8).
@@ -69,9 +70,16 @@ typedef struct {
     uint64_t data_size;
     int n_tensors;
     moe_st_tensor *tensors;    /* [n_tensors] sorted by name */
+    uint64_t data_offset;      /* of the data section in the file: 8 + header length */
+    int fd;                    /* the open file (moe_st_open), read by moe_st_read */
+    bool owns_fd;              /* fd is open and closed by moe_st_close */
 } moe_st_file;
 
-/* Maps and validates a file. On failure *f is empty and err names the file and the fault. */
+/* Opens (in_file.h: never blocks, regular files only) and validates a file; the header is
+ * read with pread. t->data points into a read-only mapping, for callers that read their own
+ * files; input that may change underneath (checkpoints, --input) is read with moe_st_read,
+ * which turns a file truncated meanwhile into an error instead of SIGBUS. On failure *f is
+ * empty and err names the file and the fault. */
 moe_status moe_st_open(const char *path, moe_st_file *f, moe_error *err);
 /* Validates a file image bytes [size] held by the caller, who keeps it alive while f is used.
  * label names it in messages. */
@@ -80,6 +88,10 @@ moe_status moe_st_parse(const void *bytes, size_t size, const char *label, moe_s
 void moe_st_close(moe_st_file *f);
 
 const moe_st_tensor *moe_st_find(const moe_st_file *f, const char *name); /* NULL if absent */
+
+/* Copies tensor t of f into dst [t->nbytes]: pread for an opened file (a short read is an error
+ * naming the file and tensor), memcpy for a parsed buffer. */
+moe_status moe_st_read(const moe_st_file *f, const moe_st_tensor *t, void *dst, moe_error *err);
 
 /* The elements of a BF16 or F32 tensor as fp32 (bf16 widens exactly): out [numel]. False for any
  * other dtype. */

@@ -17,6 +17,7 @@
 #include "numeric.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -229,18 +230,20 @@ static moe_status copy_block_expert(moe_shard *sh, const moe_weights *w, size_t 
     copy_block(s13, D / B, w->w13_scale + ge * 2 * I * D / B, D / B, 2 * c0, 2 * IV, 0, D / B, 1);
     copy_block(m2, IL / 2, w->w2_mx + ge * D * I / 2, I / 2, 0, D, c0 / 2, IV / 2, 1);
     copy_block(s2, IL / B, w->w2_scale + ge * D * I / B, I / B, 0, D, c0 / B, IV / B, 1);
+    char n13[192], n2[192]; /* full names in messages when the loader gave the prefix */
+    snprintf(n13, sizeof n13, "%sexperts.w13_weight", w->name_prefix ? w->name_prefix : "");
+    snprintf(n2, sizeof n2, "%sexperts.w2_weight", w->name_prefix ? w->name_prefix : "");
     if (!fi->has_scale2) {
-        moe_status st = check_mx_slab("experts.w13_weight", (int)ge, m13, s13, (int)(2 * IV),
-                                      (int)D, (int)(2 * c0), 0, err);
-        return st ? st : check_mx_slab("experts.w2_weight", (int)ge, m2, s2, (int)D, (int)IL, 0,
-                                       (int)(c0 / B), err);
+        moe_status st = check_mx_slab(n13, (int)ge, m13, s13, (int)(2 * IV), (int)D, (int)(2 * c0),
+                                      0, err);
+        return st ? st : check_mx_slab(n2, (int)ge, m2, s2, (int)D, (int)IL, 0, (int)(c0 / B), err);
     }
     sh->w13_scale2[e] = w->w13_scale2[ge];
     sh->w2_scale2[e] = w->w2_scale2[ge];
-    moe_status st = check_nv_slab("experts.w13_weight", (int)ge, m13, s13, sh->w13_scale2[e],
-                                  (int)(2 * IV), (int)D, (int)(2 * c0), 0, err);
-    return st ? st : check_nv_slab("experts.w2_weight", (int)ge, m2, s2, sh->w2_scale2[e], (int)D,
-                                   (int)IL, 0, (int)(c0 / B), err);
+    moe_status st = check_nv_slab(n13, (int)ge, m13, s13, sh->w13_scale2[e], (int)(2 * IV), (int)D,
+                                  (int)(2 * c0), 0, err);
+    return st ? st : check_nv_slab(n2, (int)ge, m2, s2, sh->w2_scale2[e], (int)D, (int)IL, 0,
+                                   (int)(c0 / B), err);
 }
 
 /* The routed arrays of a shard whose layout fields are set; false when out of memory. */

@@ -6,6 +6,8 @@
  */
 #include "cli_args.h"
 
+#include "../common/in_file.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -14,19 +16,12 @@
 
 /* ---------------------------------------------------------------- one escaped line */
 
-/* Length of the valid UTF-8 sequence at s (a printable code point: no C0/C1 control, no
- * surrogate, no overlong form), or 0. */
+/* Length of the printable UTF-8 sequence at s (moe_utf8_seq_len, without C0/C1 controls and
+ * DEL), or 0. */
 static int utf8_len(const unsigned char *s) {
-    if (s[0] >= 0x20 && s[0] < 0x7f) return 1;
-    int n = s[0] >= 0xf5 ? 0 : s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
-    if (!n) return 0;
-    uint32_t cp = s[0] & (0x7f >> n);
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || cp < 0xa0) return 0;
+    int n = moe_utf8_seq_len(s);
+    if (n == 1 && (s[0] < 0x20 || s[0] == 0x7f)) return 0;
+    if (n == 2 && s[0] == 0xc2 && s[1] < 0xa0) return 0; /* U+0080..U+009F */
     return n;
 }
 

@@ -5,7 +5,7 @@
  * MoE width (moe_intermediate_size wins), each missing or mistyped field and K > R named;
  * the quantization_config exclude rules (module entries, the two expert weight names, ModelOpt's
  * exclude_modules, one weight name alone an error naming both); a written layer loads back byte for byte as a view
- * into the mapping (both scale layouts, F32 or BF16 global scale, bf16 experts) and a shard
+ * into memory the checkpoint owns (both scale layouts, F32 or BF16 global scale, bf16 experts) and a shard
  * cut from it equals one cut from the original arrays; every missing tensor, wrong shape and
  * wrong dtype is named; the flag/tensor agreement; NaN and overflowing scales are named by
  * the shard build; layer discovery; sharded checkpoints through the weight map.
@@ -284,7 +284,12 @@ static void check_round_trip(const moe_config *c, const fixture_opts *o) {
     assert_true(cfg.route_scale == c->route_scale && cfg.routed_format == c->routed_format);
     assert_true(cfg.has_gate_bias == c->has_gate_bias && cfg.has_global_scale == c->has_global_scale);
     const size_t D = (size_t)c->D, I = (size_t)c->I, R = (size_t)c->R, S = (size_t)c->S;
-    assert_true(inside(&ck, w.gate_w)); /* a view into the mapping, not a copy */
+    /* read with pread into memory the checkpoint owns, never used in place in a mapping (a
+     * file truncated underneath is then an error, not SIGBUS) */
+    assert_false(inside(&ck, w.gate_w));
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "model.llm.layers.%d.mlp.", o->layer);
+    assert_string_equal(w.name_prefix, prefix);
     assert_memory_equal(w.gate_w, fx.ld.gate_w, (R + S) * D * 2);
     assert_memory_equal(w.gate_bias, fx.ld.gate_bias, R * 4);
     float gs = o->global_scale_bf16 ? moe_round_bf16(fx.ld.w.global_scale) : fx.ld.w.global_scale;
