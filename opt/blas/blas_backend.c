@@ -230,8 +230,9 @@ typedef struct {
     unsigned char *fused; /* [E] whether expert e takes the fused kernels */
     uint16_t *xa;       /* [P, blas_fused_stride(D)] arranged rows of fused experts */
     uint16_t *ha;       /* [P, blas_fused_stride(I_local)] arranged h of fused experts */
-    blas_act_range *pair_range; /* [P] */
-    blas_act_range *range;      /* [E] merged over each expert's rows */
+    blas_act_range *pair_range; /* [P] range of each arranged input row */
+    blas_act_range *item_range; /* [items] range of the h values each GEMM1 item arranged */
+    blas_act_range *range1, *range2; /* [E] merged over each expert's inputs and h */
 } blas_work;
 
 static void work_free(blas_work *w) {
@@ -256,7 +257,9 @@ static void work_free(blas_work *w) {
     free(w->xa);
     free(w->ha);
     free(w->pair_range);
-    free(w->range);
+    free(w->item_range);
+    free(w->range1);
+    free(w->range2);
 }
 
 static void *alloc_or_flag(size_t n, size_t size, bool *failed) {
@@ -291,21 +294,34 @@ static int group_by_expert(const moe_shard *sh, int T, blas_work *w) {
     return w->offset[E];
 }
 
-/* For every pair q of a fused expert: row q of src [P, cols] arranged into dst [P, stride];
- * then w->range[e] is the merged range of expert e's rows. */
-static void arrange_fused_rows(blas_work *w, int E, const float *src, int cols, uint16_t *dst,
-                               int nt) {
-    const size_t stride = blas_fused_stride(cols);
+/* Gathers the input rows of every pair, and arranges those of fused experts (xa) with their
+ * ranges merged per expert (range1); zeroes the padding of their arranged h rows (ha). */
+static void gather_rows(blas_work *w, int E, int D, int IL, int nt) {
+    const size_t sD = blas_fused_stride(D), sI = blas_fused_stride(IL);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (int e = 0; e < E; e++)
-        for (int q = w->offset[e]; w->fused[e] && q < w->offset[e + 1]; q++)
-            w->pair_range[q] = blas_fused_arrange(src + (size_t)q * cols, cols, dst + (size_t)q * stride);
+        for (int q = w->offset[e]; q < w->offset[e + 1]; q++) {
+            float *row = w->xg + (size_t)q * D;
+            memcpy(row, w->xf + (size_t)w->pair_token[q] * D, (size_t)D * sizeof(float));
+            if (!w->fused[e]) continue;
+            w->pair_range[q] = blas_fused_arrange(row, D, w->xa + (size_t)q * sD);
+            blas_fused_zero_padding(IL, w->ha + (size_t)q * sI);
+        }
     for (int e = 0; e < E; e++) {
-        if (!w->fused[e]) continue;
-        w->range[e] = w->pair_range[w->offset[e]];
-        for (int q = w->offset[e] + 1; q < w->offset[e + 1]; q++)
-            w->range[e] = blas_act_range_merge(w->range[e], w->pair_range[q]);
+        w->range1[e] = BLAS_ACT_RANGE_EMPTY;
+        for (int q = w->offset[e]; w->fused[e] && q < w->offset[e + 1]; q++)
+            w->range1[e] = blas_act_range_merge(w->range1[e], w->pair_range[q]);
     }
+}
+
+/* GEMM1's h of channels [j0, j0+len) for n rows (hg [n, IL]) arranged into ha [n, stride];
+ * returns their range. */
+static blas_act_range arrange_h(const float *hg, int n, int IL, int j0, int len, uint16_t *ha) {
+    blas_act_range r = BLAS_ACT_RANGE_EMPTY;
+    for (int p = 0; p < n; p++)
+        r = blas_act_range_merge(r, blas_fused_arrange_cols(hg + (size_t)p * IL, j0, j0 + len,
+                                                            ha + (size_t)p * blas_fused_stride(IL)));
+    return r;
 }
 
 static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, moe_stages *st,
@@ -402,22 +418,20 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
     w.xa = alloc_or_flag((size_t)P * blas_fused_stride(D), sizeof(uint16_t), &nomem);
     w.ha = alloc_or_flag((size_t)P * blas_fused_stride(IL), sizeof(uint16_t), &nomem);
     w.pair_range = alloc_or_flag((size_t)P, sizeof(blas_act_range), &nomem);
-    w.range = alloc_or_flag((size_t)E, sizeof(blas_act_range), &nomem);
+    w.item_range = alloc_or_flag(max_items, sizeof(blas_act_range), &nomem);
+    w.range1 = alloc_or_flag((size_t)E, sizeof(blas_act_range), &nomem);
+    w.range2 = alloc_or_flag((size_t)E, sizeof(blas_act_range), &nomem);
     if (nomem) {
         openblas_set_num_threads(blas_threads);
         work_free(&w);
         return moe_fail(err, MOE_ERR_NOMEM, "blas: out of memory for %d routed token rows", P);
     }
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int q = 0; q < P; q++)
-        memcpy(w.xg + (size_t)q * D, w.xf + (size_t)w.pair_token[q] * D, (size_t)D * sizeof(float));
-
     /* Small MXFP4 groups take the fused kernels (a function of the group sizes only). */
     for (int e = 0; e < E; e++) {
         const int n = w.offset[e + 1] - w.offset[e];
         w.fused[e] = s->scales13 && n > 0 && n < fused_below;
     }
-    arrange_fused_rows(&w, E, w.xg, D, w.xa, nt);
+    gather_rows(&w, E, D, IL, nt);
 
     /* GEMM1 (+ h) over every (expert, channel tile) and (sink, channel tile). */
     int n_items = list_items(w.items, E, w.offset, IL, r_ch, S, T, SIL, s_ch);
@@ -429,12 +443,15 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
         if (it.expert >= 0) {
             ref_routed_matrices(sh, it.expert, &w13, &w2);
             int q0 = w.offset[it.expert], n = w.offset[it.expert + 1] - q0;
+            w.item_range[i] = BLAS_ACT_RANGE_EMPTY;
             if (w.fused[it.expert]) {
                 float *gu = tile + tile_floats;
                 blas_fused_rows(&w13, s->scales13[it.expert], 2 * it.start, 2 * it.len,
-                                w.xa + (size_t)q0 * blas_fused_stride(D), n, w.range[it.expert],
+                                w.xa + (size_t)q0 * blas_fused_stride(D), n, w.range1[it.expert],
                                 gu, 2 * it.len);
                 h_from_gu(gu, n, it.len, NULL, it.start, w.hg + (size_t)q0 * IL, IL);
+                w.item_range[i] = arrange_h(w.hg + (size_t)q0 * IL, n, IL, it.start, it.len,
+                                            w.ha + (size_t)q0 * blas_fused_stride(IL));
             } else {
                 gemm1_tile(&w13, w.xg + (size_t)q0 * D, n, D, NULL, it.start, it.len, tile,
                            tile + tile_floats, w.hg + (size_t)q0 * IL, IL);
@@ -447,7 +464,11 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
         }
     }
 
-    arrange_fused_rows(&w, E, w.hg, IL, w.ha, nt);
+    for (int e = 0; e < E; e++) w.range2[e] = BLAS_ACT_RANGE_EMPTY;
+    for (int i = 0; i < n_items; i++)
+        if (w.items[i].expert >= 0 && w.fused[w.items[i].expert])
+            w.range2[w.items[i].expert] =
+                blas_act_range_merge(w.range2[w.items[i].expert], w.item_range[i]);
 
     /* GEMM2 over every (expert, output-row tile) and (sink, output-row tile). */
     n_items = list_items(w.items, E, w.offset, D, r_rows, S, T, D, s_rows);
@@ -461,7 +482,7 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
             int q0 = w.offset[it.expert], n = w.offset[it.expert + 1] - q0;
             if (w.fused[it.expert])
                 blas_fused_rows(&w2, s->scales2[it.expert], it.start, it.len,
-                                w.ha + (size_t)q0 * blas_fused_stride(IL), n, w.range[it.expert],
+                                w.ha + (size_t)q0 * blas_fused_stride(IL), n, w.range2[it.expert],
                                 w.yg + (size_t)q0 * D + it.start, D);
             else
                 gemm2_tile(&w2, w.hg + (size_t)q0 * IL, IL, n, it.start, it.len, tile,

@@ -43,10 +43,9 @@ size_t blas_fused_stride(int cols) {
     return (size_t)(cols + BLAS_FUSED_CHUNK - 1) / BLAS_FUSED_CHUNK * BLAS_FUSED_CHUNK;
 }
 
-blas_act_range blas_fused_arrange(const float *x, int cols, uint16_t *out) {
-    blas_act_range r = {INT_MAX, INT_MIN, true};
-    memset(out, 0, blas_fused_stride(cols) * sizeof(uint16_t));
-    for (int c = 0; c < cols; c++) {
+blas_act_range blas_fused_arrange_cols(const float *x, int c0, int c1, uint16_t *out) {
+    blas_act_range r = BLAS_ACT_RANGE_EMPTY;
+    for (int c = c0; c < c1; c++) {
         uint32_t bits;
         memcpy(&bits, &x[c], sizeof bits);
         const uint16_t b = (uint16_t)(bits >> 16); /* exact: x holds bf16 values */
@@ -59,6 +58,19 @@ blas_act_range blas_fused_arrange(const float *x, int cols, uint16_t *out) {
         if (field - 127 > r.exp_max) r.exp_max = field - 127;
     }
     return r;
+}
+
+void blas_fused_zero_padding(int cols, uint16_t *out) {
+    if (cols % BLAS_FUSED_CHUNK == 0) return;
+    /* A last chunk of 32 columns: 16 even ones, then 16 odd ones at half a chunk. */
+    uint16_t *last = out + (size_t)(cols / BLAS_FUSED_CHUNK) * BLAS_FUSED_CHUNK;
+    memset(last + 16, 0, 16 * sizeof(uint16_t));
+    memset(last + BLAS_FUSED_CHUNK / 2 + 16, 0, 16 * sizeof(uint16_t));
+}
+
+blas_act_range blas_fused_arrange(const float *x, int cols, uint16_t *out) {
+    blas_fused_zero_padding(cols, out);
+    return blas_fused_arrange_cols(x, 0, cols, out);
 }
 
 blas_act_range blas_act_range_merge(blas_act_range a, blas_act_range b) {

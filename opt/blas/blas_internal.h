@@ -12,6 +12,7 @@
 
 #include "../../ref/ref.h"
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -62,8 +63,14 @@ typedef struct {
     bool plain;
 } blas_act_range;
 
-/* x [cols] fp32 holding bf16 values -> out [blas_fused_stride(cols)] arranged bf16. */
+#define BLAS_ACT_RANGE_EMPTY ((blas_act_range){INT_MAX, INT_MIN, true})
+
+/* x [cols] fp32 holding bf16 values -> out [blas_fused_stride(cols)] arranged bf16 (the padding
+ * zeroed). blas_fused_arrange_cols arranges columns [c0, c1) only. */
 blas_act_range blas_fused_arrange(const float *x, int cols, uint16_t *out);
+blas_act_range blas_fused_arrange_cols(const float *x, int c0, int c1, uint16_t *out);
+/* Zeroes the padding of an arranged row of cols columns (out [blas_fused_stride(cols)]). */
+void blas_fused_zero_padding(int cols, uint16_t *out);
 blas_act_range blas_act_range_merge(blas_act_range a, blas_act_range b);
 
 /* Smallest and largest E8M0 byte of an MXFP4 matrix. */
