@@ -4,7 +4,7 @@
  * is refused at load or reported by name, never passed.
  *
  * Rules checked:
- *   - build/examples/libexample.so passes fixed cases of every kind (MXFP4 and bf16, exact and
+ *   - build/examples/libexample.so passes fixed cases of every kind (MXFP4, NVFP4, bf16, exact and
  *     serving, TP and EP with padding, non-finite rows, ties) with every stage compared;
  *   - build/examples/libplanted_bug.so is caught within 50 smoke cases, first at routed_h, and
  *     the shrunk case still fails and is no larger than the caught one;
@@ -43,6 +43,8 @@ static const char *const fixed_cases[] = {
     "D=64 I=64 R=7 K=2 S=2 T=6 fmt=mxfp4 bias=1 gscale=0 rs=8 split=ep2 pad=0 seed=3 feat=nonfinite,e8m0",
     "D=64 I=128 R=4 K=2 S=1 T=4 fmt=mxfp4 bias=1 gscale=1 rs=1 split=tp2 pad=96 seed=4 feat=codes,neglogit",
     "D=32 I=32 R=3 K=3 S=0 T=3 fmt=bf16 bias=1 gscale=1 rs=4 split=ep2 pad=0 seed=5 feat=near,few",
+    "D=64 I=64 R=4 K=2 S=1 T=4 fmt=nvfp4 bias=1 gscale=1 rs=8 split=tp2 pad=0 seed=6 feat=e8m0",
+    "D=48 I=80 R=5 K=2 S=2 T=3 fmt=nvfp4 bias=0 gscale=1 rs=8 split=ep2 pad=0 seed=7 feat=codes",
 };
 
 static void test_example_passes(void **state) {

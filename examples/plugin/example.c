@@ -9,6 +9,8 @@
  * What it computes, per token (both precision contracts, any TP/EP split and padding):
  *   - logits in double, rounded to fp32; selection sigma(l) + bias in fp32, K largest, ties to
  *     the lowest index; weights from the log-sigmoid form, times route_scale * global_scale;
+ *   - weights: MXFP4 (E8M0 per 32), NVFP4 (E4M3 per 16, and a per-expert scale2 that multiplies
+ *     the sums) and bf16;
  *   - each held routed expert: g, u (rows 2j, 2j+1 of w13), h = silu(g) u, y = W2 h; each sink:
  *     h = gamma silu(g) u; serving rounds g, u and h to bf16 and the rank's output once;
  *   - a row holding NaN or inf gives NaN output and weights and ids 0..K-1.
@@ -39,6 +41,7 @@ typedef struct {
     float *w2;  /* [n_local, D, I] */
     float *s13; /* [S, 2 sink_I, D] */
     float *s2;  /* [S, D, sink_I] */
+    const float *w13_scale2, *w2_scale2; /* NVFP4: [n_local] per-expert factors of the sums; else NULL */
 } example_state;
 
 static float bf16_to_float(uint16_t h) {
@@ -63,14 +66,24 @@ static float fp4_value(unsigned code) {
     return (code & 8u) ? -mag[code & 7u] : mag[code & 7u];
 }
 
-/* rows x cols MXFP4 matrix (codes [rows, cols/2], scales [rows, cols/32]) into out [rows, cols] */
-static void decode_mxfp4(const uint8_t *codes, const uint8_t *scales, int rows, int cols, float *out) {
+/* An E4M3 (float8_e4m3fn) scale byte: sign, 4 exponent bits (bias 7), 3 mantissa bits. */
+static float e4m3_value(uint8_t b) {
+    int e = (b >> 3) & 15, m = b & 7;
+    float v = e ? ldexpf(1.0f + m / 8.0f, e - 7) : ldexpf(m / 8.0f, -6);
+    return (b & 0x80u) ? -v : v;
+}
+
+/* rows x cols block-scaled FP4 matrix (codes [rows, cols/2], one scale byte per `block`
+ * elements: E8M0 for MXFP4, E4M3 for NVFP4) into out [rows, cols]. */
+static void decode_fp4(const uint8_t *codes, const uint8_t *scales, int rows, int cols, int block, int e4m3,
+                       float *out) {
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) {
             uint8_t byte = codes[(size_t)r * (cols / 2) + c / 2];
             unsigned code = (c % 2) ? byte >> 4 : byte & 15u;
-            int e = (int)scales[(size_t)r * (cols / 32) + c / 32] - 127;
-            out[(size_t)r * cols + c] = ldexpf(fp4_value(code), e);
+            uint8_t sb = scales[(size_t)r * (cols / block) + c / block];
+            float scale = e4m3 ? e4m3_value(sb) : ldexpf(1.0f, (int)sb - 127);
+            out[(size_t)r * cols + c] = fp4_value(code) * scale;
         }
 }
 
@@ -104,8 +117,8 @@ static bool example_available(char *why, size_t len) {
 static bool example_supports(const moe_config *cfg, const moe_split *split, const moe_options *opt,
                              char *why, size_t len) {
     (void)split;
-    if (cfg->routed_format != MOE_ROUTED_MXFP4 && cfg->routed_format != MOE_ROUTED_BF16) {
-        snprintf(why, len, "routed format %d: this plugin decodes MXFP4 and bf16 only", (int)cfg->routed_format);
+    if (cfg->routed_format > MOE_ROUTED_NVFP4) {
+        snprintf(why, len, "routed format %d unknown to this plugin", (int)cfg->routed_format);
         return false;
     }
     if (opt->precision != MOE_PRECISION_EXACT && opt->precision != MOE_PRECISION_SERVING) {
@@ -134,16 +147,18 @@ static moe_status example_create(const moe_shard *sh, const moe_options *opt, vo
         return fail(err, MOE_ERR_NOMEM, "out of memory for the decoded weights");
     }
     for (size_t e = 0; e < E; e++) {
-        if (c->routed_format == MOE_ROUTED_MXFP4) {
-            decode_mxfp4(sh->w13_mx + e * 2 * I * D / 2, sh->w13_scale + e * 2 * I * D / 32, (int)(2 * I),
-                         (int)D, s->w13 + e * 2 * I * D);
-            decode_mxfp4(sh->w2_mx + e * D * I / 2, sh->w2_scale + e * D * I / 32, (int)D, (int)I,
-                         s->w2 + e * D * I);
+        if (c->routed_format != MOE_ROUTED_BF16) {
+            const int nv = c->routed_format == MOE_ROUTED_NVFP4, B = nv ? 16 : 32;
+            decode_fp4(sh->w13_mx + e * 2 * I * D / 2, sh->w13_scale + e * 2 * I * D / B, (int)(2 * I), (int)D, B,
+                       nv, s->w13 + e * 2 * I * D);
+            decode_fp4(sh->w2_mx + e * D * I / 2, sh->w2_scale + e * D * I / B, (int)D, (int)I, B, nv,
+                       s->w2 + e * D * I);
         } else {
             decode_bf16(sh->w13_bf16 + e * 2 * I * D, 2 * I * D, s->w13 + e * 2 * I * D);
             decode_bf16(sh->w2_bf16 + e * D * I, D * I, s->w2 + e * D * I);
         }
     }
+    if (c->routed_format == MOE_ROUTED_NVFP4) s->w13_scale2 = sh->w13_scale2, s->w2_scale2 = sh->w2_scale2;
     decode_bf16(sh->sink_w13, (size_t)s->S * 2 * SI * D, s->s13);
     decode_bf16(sh->sink_w2, (size_t)s->S * D * SI, s->s2);
     *out = s;
@@ -190,8 +205,10 @@ static moe_status example_route(void *state, int T, const float *logits, int32_t
 
 /* ---------------------------------------------------------------- experts */
 
-/* h [I] = gamma silu(g) u from w13 [2I, D] and x [D]; serving rounds g, u and h to bf16. */
-static void expert_h(const example_state *s, const float *w13, int I, const float *x, double gamma, double *h) {
+/* h [I] = gamma silu(g) u from w13 [2I, D] (times f, NVFP4's scale2) and x [D]; serving rounds
+ * g, u and h to bf16. */
+static void expert_h(const example_state *s, const float *w13, double f, int I, const float *x, double gamma,
+                     double *h) {
     for (int j = 0; j < I; j++) {
         const float *wg = w13 + (size_t)EXAMPLE_UP_ROW(j, 0, I) * s->D;
         const float *wu = w13 + (size_t)EXAMPLE_UP_ROW(j, 1, I) * s->D;
@@ -200,6 +217,7 @@ static void expert_h(const example_state *s, const float *w13, int I, const floa
             g += (double)wg[d] * x[d];
             u += (double)wu[d] * x[d];
         }
+        g *= f, u *= f;
         if (s->serving) {
             float gf = round_bf16((float)g), uf = round_bf16((float)u);
             float v = gf / (1.0f + expf(-gf)) * uf * (float)gamma;
@@ -210,12 +228,12 @@ static void expert_h(const example_state *s, const float *w13, int I, const floa
     }
 }
 
-/* y [D] (double) = W2 [D, I] h [I] */
-static void expert_y(const example_state *s, const float *w2, int I, const double *h, double *y) {
+/* y [D] (double) = f W2 [D, I] h [I] (f: NVFP4's scale2, else 1) */
+static void expert_y(const example_state *s, const float *w2, double f, int I, const double *h, double *y) {
     for (int d = 0; d < s->D; d++) {
         double acc = 0.0;
         for (int j = 0; j < I; j++) acc += (double)w2[(size_t)d * I + j] * h[j];
-        y[d] = acc;
+        y[d] = acc * f;
     }
 }
 
@@ -243,8 +261,8 @@ static void token_forward(const example_state *s, token_scratch *w, int t, float
             if (st->routed_y) memset(st->routed_y + ((size_t)t * K + k) * D, 0, (size_t)D * sizeof(float));
             continue;
         }
-        expert_h(s, s->w13 + (size_t)local * 2 * I * D, I, w->x, 1.0, w->h);
-        expert_y(s, s->w2 + (size_t)local * D * I, I, w->h, w->y);
+        expert_h(s, s->w13 + (size_t)local * 2 * I * D, s->w13_scale2 ? s->w13_scale2[local] : 1.0, I, w->x, 1.0, w->h);
+        expert_y(s, s->w2 + (size_t)local * D * I, s->w2_scale2 ? s->w2_scale2[local] : 1.0, I, w->h, w->y);
         for (int d = 0; d < D; d++) w->acc[d] += (double)w->weights[k] * w->y[d];
         if (st->routed_h)
             for (int j = 0; j < I; j++) st->routed_h[((size_t)t * K + k) * I + j] = (float)w->h[j];
@@ -253,8 +271,8 @@ static void token_forward(const example_state *s, token_scratch *w, int t, float
     }
     if (st->sink_y) memset(st->sink_y + (size_t)t * D, 0, (size_t)D * sizeof(float));
     for (int k = 0; k < S; k++) {
-        expert_h(s, s->s13 + (size_t)k * 2 * SI * D, SI, w->x, (double)w->weights[K + k], w->h);
-        expert_y(s, s->s2 + (size_t)k * D * SI, SI, w->h, w->y);
+        expert_h(s, s->s13 + (size_t)k * 2 * SI * D, 1.0, SI, w->x, (double)w->weights[K + k], w->h);
+        expert_y(s, s->s2 + (size_t)k * D * SI, 1.0, SI, w->h, w->y);
         for (int d = 0; d < D; d++) w->acc[d] += w->y[d];
         if (st->sink_h)
             for (int j = 0; j < SI; j++) st->sink_h[((size_t)t * S + k) * SI + j] = (float)w->h[j];
