@@ -2,12 +2,13 @@
  * out_file.c: the temporary-fsync-rename writer and its signal cleanup (out_file.h).
  *
  * Rules:
- *   - the signal handler touches only what is async-signal-safe: it reads armed flags and
- *     fixed buffers filled before the flag was set, calls unlink(), resets the action and
- *     re-raises;
- *   - the guarded signals are blocked while a temporary is created and armed, and while it
- *     is renamed and disarmed, so that a signal never leaves one behind nor removes another
- *     process's file of the same name.
+ *   - the signal handler touches only what is async-signal-safe: it reads lock-free atomic
+ *     flags and fixed buffers filled before the flag was set, calls unlink(), resets the
+ *     action and re-raises;
+ *   - a temporary's path is armed before the file is created and disarmed only after it was
+ *     renamed or removed: a signal may land on any thread (OpenMP workers included), so no
+ *     mask can close a window; unlinking a path that does not exist (yet, or any more) is
+ *     harmless, and the random name makes it another process's file only by a 2^-48 chance.
  */
 #include "out_file.h"
 
@@ -37,13 +38,13 @@
 /* ---------------------------------------------------------------- the signal table */
 
 static atomic_int slot_taken[MAX_LIVE];
-static volatile sig_atomic_t slot_armed[MAX_LIVE];
+static atomic_int slot_armed[MAX_LIVE];
 static char slot_path[MAX_LIVE][TMP_MAX_LEN];
 static const int guarded[] = {SIGINT, SIGTERM, SIGHUP};
 
 static void on_signal(int sig) {
     for (int i = 0; i < MAX_LIVE; i++)
-        if (slot_armed[i]) unlink(slot_path[i]);
+        if (atomic_load(&slot_armed[i])) unlink(slot_path[i]);
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
@@ -68,20 +69,13 @@ void moe_out_guard_signals(void) {
     signal(SIGXFSZ, SIG_IGN); /* a write past the file size limit fails with EFBIG instead */
 }
 
-static void block_guarded(sigset_t *old) {
-    sigset_t set;
-    sigemptyset(&set);
-    for (size_t i = 0; i < sizeof guarded / sizeof guarded[0]; i++) sigaddset(&set, guarded[i]);
-    pthread_sigmask(SIG_BLOCK, &set, old);
-}
-
-static void restore_mask(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
-
-static int claim_slot(const char *tmp) {
+/* A slot holding tmp, armed (the handler removes tmp from now on); -1 if all are taken. */
+static int arm_slot(const char *tmp) {
     for (int i = 0; i < MAX_LIVE; i++) {
         int expected = 0;
         if (atomic_compare_exchange_strong(&slot_taken[i], &expected, 1)) {
             snprintf(slot_path[i], sizeof slot_path[i], "%s", tmp);
+            atomic_store(&slot_armed[i], 1);
             return i;
         }
     }
@@ -90,7 +84,7 @@ static int claim_slot(const char *tmp) {
 
 static void release_slot(int slot) {
     if (slot < 0) return;
-    slot_armed[slot] = 0;
+    atomic_store(&slot_armed[slot], 0);
     atomic_store(&slot_taken[slot], 0);
 }
 
@@ -131,12 +125,9 @@ static char *dir_of(const char *path) {
 void moe_out_abort(moe_out_file *o) {
     if (!o) return;
     if (o->fd >= 0 || o->fd == -2) { /* -2: closed, the temporary still there */
-        sigset_t old;
-        block_guarded(&old);
         if (o->fd >= 0) close(o->fd);
         unlink(o->tmp);
         release_slot(o->slot);
-        restore_mask(&old);
     }
     free(o->path);
     free(o->tmp);
@@ -179,18 +170,14 @@ moe_status moe_out_open(const char *path, moe_out_file *o, moe_error *err) {
         /* the name part is cut so that the temporary's name stays within NAME_MAX */
         snprintf(o->tmp, TMP_MAX_LEN, "%s/.%.200s.%012llx.tmp", dir, base,
                  (unsigned long long)(random_bits() & 0xffffffffffffull));
-        sigset_t old;
-        block_guarded(&old);
-        o->slot = claim_slot(o->tmp);
+        o->slot = arm_slot(o->tmp); /* armed before it exists: no window for a signal */
         if (o->slot >= 0) {
             o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
             e = errno;
-            if (o->fd >= 0) slot_armed[o->slot] = 1;
-            else release_slot(o->slot), o->slot = -1;
+            if (o->fd < 0) release_slot(o->slot), o->slot = -1;
         } else {
             e = EMFILE;
         }
-        restore_mask(&old);
     }
     if (o->fd < 0) {
         moe_fail(err, MOE_ERR_IO, "file %s: cannot create a temporary file in directory %s: %s",
@@ -246,12 +233,9 @@ moe_status moe_out_commit(moe_out_file *o, moe_error *err) {
         moe_out_abort(o);
         return MOE_ERR_IO;
     }
-    sigset_t old;
-    block_guarded(&old);
     int rc = rename(o->tmp, o->path) ? errno : 0;
     if (rc) unlink(o->tmp);
-    release_slot(o->slot);
-    restore_mask(&old);
+    release_slot(o->slot); /* after the rename: a signal before it still removes the temporary */
     o->fd = -1;
     moe_status st = MOE_OK;
     if (rc)

@@ -544,6 +544,7 @@ static int run_fuzz(const fuzz_args *a) {
     const moe_backend *cands[MAX_CANDIDATES];
     fuzz_targets tg;
     if (choose_targets(a, cands, MAX_CANDIDATES, &tg)) return 2;
+    if (check_report_dir(a->report_dir)) return 2; /* after the usage checks: nothing created before */
     printf("fuzz seed: %" PRIu64 "   (repeat with: make fuzz FUZZ_SEED=%" PRIu64 ")\n", a->seed, a->seed);
     printf("budget %.0f s, suites:", a->seconds);
     for (int i = 0; i < ns; i++) printf(" %s", suites[i].name);
@@ -687,6 +688,5 @@ int cmd_fuzz(int argc, char **argv) {
     if (a.replay || a.stress) return run_history(&a);
     if (a.case_line) return run_one(&a);
     if (a.selftest) return run_selftest(&a);
-    if (check_report_dir(a.report_dir)) return 2;
     return run_fuzz(&a);
 }

@@ -144,9 +144,6 @@ static moe_status run(const run_args *a, moe_error *err) {
     int T = 0;
     ck.strict = a->strict;
     st = moe_checkpoint_layer(&ck, a->layer, NULL, &cfg, &w, err);
-    for (int i = 0; !st && i < ck.info.n_ignored && i < MOE_LAYER_INFO_MAX_IGNORED; i++)
-        fprintf(stderr, "inkling-moe run: note: tensor %s ignored (--strict refuses it)\n",
-                ck.info.ignored[i]);
     moe_split split = {a->kind, a->n, 0, a->pad_inter};
     if (!st) st = moe_split_validate(&cfg, &split, err);
     if (!st) st = moe_read_input(a->input, cfg.D, &T, &x, err);
@@ -196,6 +193,12 @@ static moe_status run(const run_args *a, moe_error *err) {
     if (sink_y && (stages.filled & MOE_STAGE_SINK_Y))
         e[n++] = (moe_st_entry){"sink_y", MOE_ST_F32, 2, {T, cfg.D}, sink_y};
     st = moe_st_write(a->out, e, n, err);
+    /* notes only after success: a failing run prints exactly its one error line */
+    for (int i = 0; !st && i < ck.info.n_ignored && i < MOE_LAYER_INFO_MAX_IGNORED; i++) {
+        char name[600];
+        fprintf(stderr, "inkling-moe run: note: tensor %s ignored (--strict refuses it)\n",
+                cli_escape(ck.info.ignored[i], name, sizeof name));
+    }
 done:
     free(x);
     free(out);
