@@ -27,32 +27,57 @@ static moe_status write_config(const char *dir, const moe_config *c, moe_error *
     return st;
 }
 
+/* NVFP4's per-matrix tensors beyond codes and scales: .scale2 [R], .input_amax [1] (unused by
+ * W4A16 paths; 1), .original_shape I64 [3]. names [6][96], shapes [2][3] stay alive. */
+static int nvfp4_sidecars(const moe_config *c, const moe_weights *w, char names[][96], int64_t shapes[][3],
+                          moe_st_entry *e) {
+    static const float one = 1.0f;
+    const int64_t R = c->R, D = c->D, I = c->I;
+    int n = 0;
+    for (int m = 0; m < 2; m++) {
+        const char *weight = m == 0 ? "experts.w13_weight" : "experts.w2_weight";
+        shapes[m][0] = R, shapes[m][1] = m == 0 ? 2 * I : D, shapes[m][2] = m == 0 ? D : I;
+        snprintf(names[3 * m], 96, "model.llm.layers.%d.mlp.%s.scale2", MOE_EXPORT_LAYER, weight);
+        snprintf(names[3 * m + 1], 96, "model.llm.layers.%d.mlp.%s.input_amax", MOE_EXPORT_LAYER, weight);
+        snprintf(names[3 * m + 2], 96, "model.llm.layers.%d.mlp.%s.original_shape", MOE_EXPORT_LAYER, weight);
+        e[n++] = (moe_st_entry){names[3 * m], MOE_ST_F32, 1, {R}, m == 0 ? w->w13_scale2 : w->w2_scale2};
+        e[n++] = (moe_st_entry){names[3 * m + 1], MOE_ST_F32, 1, {1}, &one};
+        e[n++] = (moe_st_entry){names[3 * m + 2], MOE_ST_I64, 1, {3}, shapes[m]};
+    }
+    return n;
+}
+
 moe_status moe_export_checkpoint(const char *dir, const moe_config *c, const moe_weights *w,
                                  moe_error *err) {
-    if (c->routed_format != MOE_ROUTED_MXFP4 && c->routed_format != MOE_ROUTED_BF16)
-        return moe_fail(err, MOE_ERR_UNSUPPORTED, "export: %s routed experts are not written as checkpoints yet "
-                        "(the loader does not read them)", moe_routed_format_get(c->routed_format)->name);
+    if (c->routed_format > MOE_ROUTED_NVFP4)
+        return moe_fail(err, MOE_ERR_UNSUPPORTED, "export: routed format %d", (int)c->routed_format);
     if (mkdir(dir, 0777) && errno != EEXIST)
         return moe_fail(err, MOE_ERR_IO, "export: cannot create directory %s: %s", dir, strerror(errno));
     moe_status st = write_config(dir, c, err);
     if (st) return st;
     const int64_t R = c->R, S = c->S, D = c->D, I = c->I, G = c->R + c->S;
-    static char names[10][96];
-    const char *suffix[10] = {"gate.weight", "gate.bias", "gate.global_scale", "experts.w13_weight",
-                              "experts.w13_weight_scale", "experts.w2_weight", "experts.w2_weight_scale",
-                              "shared_experts.shared_w13_weight", "shared_experts.shared_w2_weight", ""};
+    const bool nv = c->routed_format == MOE_ROUTED_NVFP4;
+    const int64_t B = nv ? 16 : 32; /* elements per scale byte */
+    char names[9][96], side_names[6][96];
+    int64_t side_shapes[2][3];
+    const char *suffix[9] = {"gate.weight", "gate.bias", "gate.global_scale", "experts.w13_weight",
+                             nv ? "experts.w13_weight.scale" : "experts.w13_weight_scale", "experts.w2_weight",
+                             nv ? "experts.w2_weight.scale" : "experts.w2_weight_scale",
+                             "shared_experts.shared_w13_weight", "shared_experts.shared_w2_weight"};
     for (int i = 0; i < 9; i++)
         snprintf(names[i], sizeof names[i], "model.llm.layers.%d.mlp.%s", MOE_EXPORT_LAYER, suffix[i]);
-    moe_st_entry e[9];
+    moe_st_entry e[15];
     int n = 0;
     e[n++] = (moe_st_entry){names[0], MOE_ST_BF16, 2, {G, D}, w->gate_w};
     if (c->has_gate_bias) e[n++] = (moe_st_entry){names[1], MOE_ST_F32, 1, {R}, w->gate_bias};
     if (c->has_global_scale) e[n++] = (moe_st_entry){names[2], MOE_ST_F32, 1, {1}, &w->global_scale};
-    if (c->routed_format == MOE_ROUTED_MXFP4) {
+    if (c->routed_format != MOE_ROUTED_BF16) {
+        const moe_st_dtype sdt = nv ? MOE_ST_F8_E4M3 : MOE_ST_U8;
         e[n++] = (moe_st_entry){names[3], MOE_ST_U8, 3, {R, 2 * I, D / 2}, w->w13_mx};
-        e[n++] = (moe_st_entry){names[4], MOE_ST_U8, 3, {R, 2 * I, D / 32}, w->w13_scale};
+        e[n++] = (moe_st_entry){names[4], sdt, 3, {R, 2 * I, D / B}, w->w13_scale};
         e[n++] = (moe_st_entry){names[5], MOE_ST_U8, 3, {R, D, I / 2}, w->w2_mx};
-        e[n++] = (moe_st_entry){names[6], MOE_ST_U8, 3, {R, D, I / 32}, w->w2_scale};
+        e[n++] = (moe_st_entry){names[6], sdt, 3, {R, D, I / B}, w->w2_scale};
+        if (nv) n += nvfp4_sidecars(c, w, side_names, side_shapes, e + n);
     } else {
         e[n++] = (moe_st_entry){names[3], MOE_ST_BF16, 3, {R, 2 * I, D}, w->w13_bf16};
         e[n++] = (moe_st_entry){names[5], MOE_ST_BF16, 3, {R, D, I}, w->w2_bf16};

@@ -5,7 +5,8 @@
  * Rules:
  *   - a checkpoint directory holds config.json (the original field names, docs/formats.md)
  *     and model.safetensors with the original tensor names of MoE layer MOE_EXPORT_LAYER
- *     (model.llm.layers.{L}.mlp.*), exactly as the loader reads them (checkpoint.h);
+ *     (model.llm.layers.{L}.mlp.*), exactly as the loader reads them (checkpoint.h); NVFP4 adds
+ *     the .scale2, .input_amax (1: unused by W4A16 paths) and .original_shape tensors;
  *   - an input file holds x BF16 [T, D]; a stages file holds out [T, D] and, for each stage
  *     the run filled, topk_ids I32 [T, K], topk_weights F32 [T, K+S], logits F32 [T, R+S],
  *     routed_h F32 [T, K, I], routed_y F32 [T, K, D], sink_h F32 [T, S, I], sink_y F32 [T, D];

@@ -7,7 +7,8 @@
  *     outputs pass, the output of `run` on the exported checkpoint passes (unsplit and TP 2),
  *     a planted bug's output fails naming the stage, and broken outputs files (no out, a
  *     topk_ids of the wrong shape) exit 2 naming the tensor;
- *   - the example worker (build/examples/moe-worker) passes fixed cases as exec: and worker:;
+ *   - the example worker (build/examples/moe-worker) passes fixed cases as exec: and worker:
+ *     (MXFP4, NVFP4 and bf16 checkpoints as export writes them, T = 0 included);
  *   - a program that exits non-zero, is killed, answers "error", or runs past
  *     INKLING_MOE_PATH_TIMEOUT fails the case with a message naming the path and its stderr.
  * The tool and the worker come from $INKLING_BUILD (default build).
@@ -127,6 +128,7 @@ static void test_example_worker_passes(void **state) {
         "D=64 I=64 R=6 K=2 S=2 T=5 fmt=mxfp4 bias=1 gscale=1 rs=8 split=none pad=0 seed=1 feat=nonfinite",
         "D=96 I=64 R=5 K=3 S=0 T=7 fmt=bf16 bias=0 gscale=1 rs=2.5 split=none pad=0 seed=2 feat=ties,dup",
         "D=32 I=32 R=3 K=1 S=1 T=0 fmt=mxfp4 bias=0 gscale=0 rs=1 split=none pad=0 seed=3 feat=none",
+        "D=64 I=64 R=4 K=2 S=1 T=4 fmt=nvfp4 bias=1 gscale=1 rs=8 split=none pad=0 seed=6 feat=e8m0",
     };
     char exec_path[400], worker_path[400], msg[700];
     snprintf(exec_path, sizeof exec_path, "exec:%s/examples/moe-worker", built);
