@@ -25,13 +25,17 @@ const moe_block_format *ref_matrix_format(const ref_matrix *m) {
 void ref_matrix_row(const ref_matrix *m, int r, double *out) {
     if (m->mx) {
         const moe_block_format *f = ref_matrix_format(m);
+        const int B = f->block;
         const uint8_t *codes = m->mx + (size_t)r * (m->cols / 2);
-        const uint8_t *scales = m->scale + (size_t)r * (m->cols / f->block);
+        const uint8_t *scales = m->scale + (size_t)r * (m->cols / B);
         const double scale2 = m->scale2 ? (double)*m->scale2 : 1.0;
-        for (int c = 0; c < m->cols; c++) {
-            uint8_t code = c % 2 == 0 ? (uint8_t)(codes[c / 2] & 0x0F) : (uint8_t)(codes[c / 2] >> 4);
+        for (int b = 0; b < m->cols / B; b++) {
             /* at most 2 + 4 + 24 significant bits: exact in double */
-            out[c] = (double)f->element(code) * (double)f->scale(scales[c / f->block]) * scale2;
+            const double s = (double)f->scale(scales[b]) * scale2;
+            for (int c = b * B; c < (b + 1) * B; c++) {
+                uint8_t code = c % 2 == 0 ? (uint8_t)(codes[c / 2] & 0x0F) : (uint8_t)(codes[c / 2] >> 4);
+                out[c] = (double)moe_e2m1_to_f32(code) * s;
+            }
         }
     } else {
         for (int c = 0; c < m->cols; c++) out[c] = (double)moe_bf16_to_f32(m->bf16[(size_t)r * m->cols + c]);
