@@ -174,7 +174,7 @@ $(BUILD)/examples/lib%.so: examples/plugin/%.c examples/plugin/example.c common/
 # The example engine run as an external program (exec: and worker:), built on the library.
 $(BUILD)/examples/moe-worker: examples/worker/worker.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
+	$(CC) $(CPPFLAGS) -Icommon $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 # Plugins that fail on purpose (tests/test_plugin.c): one source, one fault each.
 $(BUILD)/tests/plugins/libfault_%.so: tests/plugin_faults.c common/moe_plugin.h common/moe.h
@@ -203,7 +203,8 @@ install: $(LIB) $(TOOL)
 	@mkdir -p $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/inkling-moe
 	cp $(TOOL) $(DESTDIR)$(PREFIX)/bin/
 	cp $(LIB) $(DESTDIR)$(PREFIX)/lib/
-	cp common/moe.h common/moe_plugin.h $(DESTDIR)$(PREFIX)/include/inkling-moe/
+	cp common/moe.h common/moe_plugin.h common/checkpoint.h common/safetensors.h common/numeric.h \
+	    common/layer_data.h $(DESTDIR)$(PREFIX)/include/inkling-moe/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBS@|$(LDLIBS)|' inkling-moe.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/inkling-moe.pc
 
 help:

@@ -13,8 +13,8 @@
  * Worker form: one request per stdin line "MODEL\tINPUT\tOUTPUT\tPRECISION", one answer per
  * stdout line, "ok" or "error MESSAGE"; the checkpoint stays open while MODEL does not change.
  */
-#include "common/checkpoint.h"
-#include "common/safetensors.h"
+#include "checkpoint.h" /* pkg-config --cflags inkling-moe; in the tree: -Icommon */
+#include "safetensors.h"
 
 #include <stdio.h>
 #include <stdlib.h>
