@@ -4,7 +4,7 @@
  * Built by `make cuda-check` (needs nvcc); run on a machine with an sm_90 GPU.
  *
  *   cuda-check [--small] [--tokens 1,64,4096] [--iters N] [--seed S]
- *              [--backends cuda,cuda-wmma,cuda-gemv] [--check 1,64]
+ *              [--backends cuda,cuda-wmma,cuda-gemv] [--check 1,64] [--format mxfp4|nvfp4]
  *
  * With several backends (the CUDA path's variants: the expert kernels chosen by T, or forced
  * one way) every variant runs on the same layer and inputs, is judged against the same
@@ -90,6 +90,9 @@ static void fill_normal(uint16_t *p, size_t n, double stddev, uint64_t seed, uin
 
 static moe_status random_layer(const moe_config *c, uint64_t seed, moe_layer_data *ld,
                                moe_error *err) {
+    /* NVFP4: the library's random layer (parallel, counter-based: E4M3 scales 0.5..2, scale2
+     * near 1 / (2.93 sqrt(n))) */
+    if (c->routed_format == MOE_ROUTED_NVFP4) return moe_layer_data_random(c, seed, ld, err);
     moe_status st = moe_layer_data_alloc(c, ld, err);
     if (st) return st;
     const size_t D = (size_t)c->D, I = (size_t)c->I, R = (size_t)c->R, S = (size_t)c->S;
@@ -240,7 +243,8 @@ static int run_tokens(const moe_backend *b, void *state, const moe_config *c, co
     for (size_t i = 0; i < (size_t)T * K; i++)
         if (!used[ids[i]]) used[ids[i]] = 1, distinct++;
     free(used);
-    const double t = T, mx = 0.53125;
+    /* bytes per routed weight: 4-bit code plus E8M0 per 32 (MXFP4) or E4M3 per 16 (NVFP4) */
+    const double t = T, mx = c->routed_format == MOE_ROUTED_NVFP4 ? 0.5625 : 0.53125;
     const double expert13 = 2.0 * I * D * mx, expert2 = (double)D * I * mx;
     const stage_row rows[] = {
         {"upload x", offsetof(moe_cuda_stage_times, upload), t * D * 2, 0},
@@ -301,7 +305,7 @@ static int run_tokens(const moe_backend *b, void *state, const moe_config *c, co
 }
 
 int main(int argc, char **argv) {
-    int small = 0, iters = 30;
+    int small = 0, iters = 30, nvfp4 = 0;
     uint64_t seed = 1;
     char tokens[256] = "1,64,4096", backends[256] = "cuda", checked[256] = "";
     for (int i = 1; i < argc; i++) {
@@ -311,9 +315,11 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--backends") == 0 && i + 1 < argc) snprintf(backends, sizeof backends, "%s", argv[++i]);
         else if (strcmp(argv[i], "--check") == 0 && i + 1 < argc) snprintf(checked, sizeof checked, ",%s,", argv[++i]);
+        else if (strcmp(argv[i], "--format") == 0 && i + 1 < argc && !strcmp(argv[i + 1], "nvfp4")) nvfp4 = 1, i++;
+        else if (strcmp(argv[i], "--format") == 0 && i + 1 < argc && !strcmp(argv[i + 1], "mxfp4")) nvfp4 = 0, i++;
         else {
             fprintf(stderr, "usage: cuda-check [--small] [--tokens 1,64,4096] [--iters N] [--seed S] "
-                            "[--backends cuda,cuda-wmma,cuda-gemv] [--check 1,64]\n");
+                            "[--backends cuda,cuda-wmma,cuda-gemv] [--check 1,64] [--format mxfp4|nvfp4]\n");
             return 2;
         }
     }
@@ -325,8 +331,9 @@ int main(int argc, char **argv) {
     }
     moe_config c = {4096, 2048, 256, 6, 2, 8.0f, true, true, MOE_ROUTED_MXFP4};
     if (small) c.D = 256, c.I = 128, c.R = 16, c.K = 4;
-    printf("layer D=%d I=%d R=%d K=%d S=%d MXFP4, seed %llu\n", c.D, c.I, c.R, c.K, c.S,
-           (unsigned long long)seed);
+    if (nvfp4) c.routed_format = MOE_ROUTED_NVFP4;
+    printf("layer D=%d I=%d R=%d K=%d S=%d %s, seed %llu\n", c.D, c.I, c.R, c.K, c.S,
+           moe_routed_format_get(c.routed_format)->name, (unsigned long long)seed);
     moe_layer_data ld;
     moe_error err;
     moe_error_clear(&err);
