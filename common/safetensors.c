@@ -257,7 +257,7 @@ static moe_status parse_header(moe_st_file *f, const uint8_t *bytes, size_t avai
                         f->label, end ? (long long)(end - text) : -1LL);
     }
     for (const char *p = end; p < text + hlen; p++)
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != '\0') {
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
             cJSON_Delete(root);
             return moe_fail(err, MOE_ERR_FORMAT,
                             "file %s: header has bytes after its JSON object (byte %lld)", f->label,

@@ -353,6 +353,7 @@ static void p_st_hlen_past(void) { model_with_st_bytes("\x40\0\0\0\0\0\0\0{}", 1
 static void p_st_notjson(void) { model_with_header("{\"a\": ", 0, 0); }
 static void p_st_trailing(void) { model_with_header("{}    xyz", 0, 0); }
 static void p_st_nul_trailing(void) { model_with_header("{}\0junk", 7, 0); }
+static void p_st_nul_pad(void) { model_with_header("{}\0\0\0\0\0\0", 8, 0); }
 static void p_st_not_brace(void) { model_with_header("[]", 0, 0); }
 static void p_st_dtype(void) { model_with_header("{\"t\": {\"dtype\": \"Q7\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 0, 1); }
 static void p_st_shape(void) { model_with_header("{\"t\": {\"dtype\": \"U8\", \"shape\": 3, \"data_offsets\": [0, 1]}}", 0, 1); }
@@ -598,6 +599,7 @@ static const hostile_case cases[] = {
     {"run, header not JSON", p_st_notjson, {"run", GOOD}, "header is not valid JSON"},
     {"run, header + garbage", p_st_trailing, {"run", GOOD}, "bytes after its JSON object"},
     {"run, header + \\0junk", p_st_nul_trailing, {"run", GOOD}, "bytes after its JSON object"},
+    {"run, header padded with NUL bytes", p_st_nul_pad, {"run", GOOD}, "bytes after its JSON object"},
     {"run, header not an object", p_st_not_brace, {"run", GOOD}, "does not start with '{'"},
     {"run, unknown dtype", p_st_dtype, {"run", GOOD}, "tensor t: unknown dtype 'Q7'"},
     {"run, shape not an array", p_st_shape, {"run", GOOD}, "tensor t: shape is not an array"},
