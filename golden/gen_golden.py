@@ -461,6 +461,77 @@ CHECKS = {
 
 
 # ---------------------------------------------------------------------------
+# 1-ulp near-ties decided by the bias. SPEC rounds sel = sigmoid(l) + bias twice (sigmoid to
+# fp32, then the fp32 sum); a selector that rounds once picks differently here.
+# Rows p (zero gate row: logit 0, sigmoid 1/2 exactly; bias 1: sel 1.5) and q (zero but for c
+# at column D0, where every token's x is 32: logit 32c for every token; bias chosen so that
+# fp32(sigmoid) + bias lands exactly on a midpoint next to 1.5, or one ulp above it).
+
+BIAS_TIE_D0 = 5
+# expert -> role: "p" (sel 1.5), "up" (midpoint above 1.5, sigmoid rounded down: ties at 1.5,
+# one rounding goes above), "down" (midpoint below, sigmoid rounded up: ties at 1.5, one
+# rounding goes below), "over" (one fp32 ulp above the tie: 1.5 + 2^-23, strictly first)
+BIAS_TIE_ROLES = {1: "down", 2: "p", 3: "p", 4: "up", 5: "p", 6: "over"}
+
+
+def bias_tie_c(want_down):
+    """The first bf16 c in k/64 whose sigmoid(32c) is rounded down (want_down) or up by fp32,
+    away from a midpoint."""
+    for k in range(1, 64):
+        c = float(bf16(np.array([k / 64.0]))[0])
+        sg = ink.sigmoid(32.0 * c)
+        s = float(np.float32(sg))
+        ulp = float(np.spacing(np.float32(s)))
+        if (sg > s) == want_down and abs(sg - s) > 0.01 * ulp and abs(abs(sg - s) - ulp / 2) > 0.01 * ulp:
+            return c, s
+    raise AssertionError("no c found")
+
+
+def hook_bias_ulp_ties(c, lay, x, rng):
+    gw, bias = lay["gate_w"], lay["bias"]
+    bias[:] = np.minimum(bias, np.float32(0.2))
+    half = 2.0 ** -24
+    for e, role in sorted(BIAS_TIE_ROLES.items()):
+        gw[e] = 0.0
+        if role == "p":
+            bias[e] = np.float32(1.0)
+            continue
+        cval, s = bias_tie_c(role != "down")
+        gw[e, BIAS_TIE_D0] = cval
+        target = {"up": 1.5 + half, "down": 1.5 - half, "over": 1.5 + 2 * half}[role]
+        b = target - s
+        assert float(np.float32(b)) == b, "bias not exact in fp32"
+        bias[e] = np.float32(b)
+    x[:, BIAS_TIE_D0] = 32.0
+
+
+def check_bias_ulp_ties(c, res):
+    """Every token selects 6, then the 1.5-group in index order; one rounding would not."""
+    lay = res["layer"]
+    K = lay.K
+    group = sorted(e for e, r in BIAS_TIE_ROLES.items() if r in ("p", "up", "down"))
+    want = [6] + group[:K - 1]
+    for t in range(res["logits"].shape[0]):
+        assert list(res["topk_ids"][t]) == want, "token %d: ids %s, want %s" % (t, res["topk_ids"][t], want)
+        sel = ink.selection_scores(lay, res["logits"][t])
+        assert all(sel[e] == np.float32(1.5) for e in group), "the group does not tie at 1.5"
+        once = np.array([np.float32(ink.sigmoid(float(z)) + float(b))
+                         for z, b in zip(res["logits"][t][:lay.R], lay.bias)])
+        assert list(ink.select_topk(once, K)) != want, "one rounding would select the same"
+
+
+CASES += [
+    case("bias_ulp_ties", 160,
+         "1-ulp near-ties decided by the bias: five experts whose sigmoid + bias rounds (twice, as "
+         "SPEC says) to exactly 1.5, two of them only through the ties-to-even midpoint rule, and "
+         "one a single fp32 ulp above; the lowest index wins at the K boundary, and rounding the "
+         "score once would select differently.",
+         R=8, K=4, S=1, T=5, hook=hook_bias_ulp_ties, features=("ties", "bias_ulp_ties")),
+]
+CHECKS["bias_ulp_ties"] = check_bias_ulp_ties
+
+
+# ---------------------------------------------------------------------------
 # drawing and packing a layer
 
 def draw_layer(c, rng, experts):

@@ -565,9 +565,7 @@ static int run_fuzz(const fuzz_args *a) {
         /* the first suite (smoke) gets fifteen cases for each one of the others */
         int si = ns == 1 ? 0 : (k % 16 < 15 ? 0 : 1 + (int)((k / 16) % (ns - 1)));
         fuzz_case c = fuzz_suite_case(&suites[si], a->seed, index[si]);
-        /* one thread (fast on small cases), and every 64th case the backends' own default, so
-         * that results are also checked under their thread pools */
-        tg.n_threads = k % 64 == 63 ? 0 : 1;
+        tg.n_threads = fuzz_case_threads(k); /* 1, 2, more than cores, the default */
         long case_index = index[si]++;
         /* when cases are slow (real-model sizes take a minute), name each one as it starts */
         if (last_case_seconds > 5.0 || (double)c.cfg.D * c.cfg.I * c.cfg.R > 1e8) {

@@ -3,6 +3,8 @@
  */
 #include "fuzz.h"
 
+#include "fuzz_file.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +71,7 @@ bool fuzz_path_not_run(fuzz_path_result *r, moe_status st, const moe_run *run, c
 /* Runs one candidate path and compares it with the baseline. The reference runs on the sampled
  * tokens only; any other path runs on all of them and is cut down to the sample. */
 static moe_status candidate(fuzz_pool *pool, const moe_backend *be, const moe_options *opt, const fuzz_case *c,
-                            const moe_cmp_case *cc, const case_tokens *ct, const moe_run *base,
+                            const moe_cmp_case *cc, fuzz_file *file, const case_tokens *ct, const moe_run *base,
                             const moe_envelope *env, bool split, bool output_only,
                             const char *path, fuzz_case_result *res, moe_error *err) {
     fuzz_path_result *r = fuzz_add_result(res, path, err);
@@ -78,9 +80,17 @@ static moe_status candidate(fuzz_pool *pool, const moe_backend *be, const moe_op
     moe_error run_err;
     moe_error_clear(&run_err);
     const bool all_tokens = be != &moe_backend_ref && ct->n < ct->T;
-    moe_status st = fuzz_run_on(pool, be, opt, cc->cfg, cc->w, split ? c->split : MOE_SPLIT_NONE,
-                                split ? c->n : 1, split ? c->pad : 0, all_tokens ? ct->T : cc->T,
-                                all_tokens ? ct->x : cc->x, &run, &run_err);
+    /* the round trip (feature file) only for a path that will run */
+    const moe_weights *w = cc->w;
+    char why[8];
+    const moe_split sp = {split ? c->split : MOE_SPLIT_NONE, split ? c->n : 1, 0, split ? c->pad : 0};
+    moe_status st = be->available(why, sizeof why) && be->supports(cc->cfg, &sp, opt, why, sizeof why)
+                        ? fuzz_file_weights(file, be, &w, &run_err) : MOE_OK;
+    if (!st)
+        st = fuzz_run_on(pool, be, opt, cc->cfg, w, sp.kind, sp.n, sp.pad_inter_to,
+                         all_tokens ? ct->T : cc->T, all_tokens ? ct->x : cc->x, &run, &run_err);
+    else
+        memset(&run, 0, sizeof run), snprintf(run.name, sizeof run.name, "%s", be->name);
     if (fuzz_path_not_run(r, st, &run, &run_err)) {
         moe_run_free(&run);
         return MOE_OK;
@@ -142,8 +152,10 @@ moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_r
     moe_layer_data ld;
     uint16_t *x = NULL, *xs = NULL;
     int *tokens = NULL;
+    fuzz_file file; /* the candidates' layer after a checkpoint round trip (feature file) */
     moe_status st = fuzz_case_build(c, &ld, &x, err);
     if (st) return st;
+    fuzz_file_prepare(&file, c, &ld);
     tokens = malloc(((size_t)c->T + 1) * sizeof *tokens);
     const int n = tokens ? fuzz_case_sampled_tokens(c, tokens) : 0;
     if (tokens && n < c->T) xs = sample_rows(c, x, tokens, n, res);
@@ -178,22 +190,23 @@ moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_r
             if (r) r->outcome = r->rep.ok ? FUZZ_PASS : FUZZ_FAIL;
             if (!st && split) {
                 snprintf(path, sizeof path, "ref/%s/split", prec);
-                st = candidate(tg->pool, &moe_backend_ref, &opt, c, &cc, &ct, &base, env, true, false, path, res, err);
+                st = candidate(tg->pool, &moe_backend_ref, &opt, c, &cc, &file, &ct, &base, env, true, false, path, res, err);
             }
         }
         for (int i = 0; i < tg->n_candidates && !st; i++) {
             const moe_backend *be = tg->candidates[i];
             snprintf(path, sizeof path, "%s/%s", be->name, prec);
-            st = candidate(tg->pool, be, &cand_opt, c, &cc, &ct, &base, env, false, tg->output_only, path, res, err);
+            st = candidate(tg->pool, be, &cand_opt, c, &cc, &file, &ct, &base, env, false, tg->output_only, path, res, err);
             if (!st && split) {
                 snprintf(path, sizeof path, "%s/%s/split", be->name, prec);
-                st = candidate(tg->pool, be, &cand_opt, c, &cc, &ct, &base, env, true, tg->output_only, path, res, err);
+                st = candidate(tg->pool, be, &cand_opt, c, &cc, &file, &ct, &base, env, true, tg->output_only, path, res, err);
             }
         }
         moe_envelope_free(env);
         moe_run_free(&base);
     }
 done:
+    fuzz_file_close(&file);
     moe_layer_data_free(&ld);
     free(x);
     free(xs);

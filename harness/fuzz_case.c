@@ -33,22 +33,28 @@
  *             next float and rounds to even, 1.5, so the lowest index (p) wins, while
  *             sigma + bias rounded once is the next float up;
  *   nonfinite up to a quarter of the tokens (at least one) get one NaN, +inf or -inf.
- * biastie is drawn from the aiming stream (fuzz_suite_case), so that adding it moved no other
- * draw.
+ *   file      the candidate paths run on the layer written with the checkpoint writer and
+ *             read back by the loader (fuzz_file.h); with a BF16 global_scale the layer's
+ *             global_scale is a bf16 value, so that the file holds it exactly.
+ * file is drawn from the aiming stream (fuzz_suite_case), so that adding it moved no other
+ * draw; NVFP4 layers are not written (checkpoint_write.h), so they never get it.
  */
 #include "fuzz_case.h"
+
+#include "fuzz_file.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char *const feature_names[FZ_FEATURE_COUNT] = {
     "ties", "dup", "near", "e8m0", "codes", "neglogit", "nonfinite", "few", "allhit", "biastie",
-    "e4m3", "scale2"};
+    "e4m3", "scale2", "file"};
 
 const char *fuzz_feature_name(int i) { return i >= 0 && i < FZ_FEATURE_COUNT ? feature_names[i] : "?"; }
 
@@ -399,11 +405,20 @@ moe_status fuzz_case_build(const fuzz_case *c, moe_layer_data *ld, uint16_t **xp
     if (f & FZ_NEGLOGIT) feature_neglogit(ld, x, T, &rng[5]);
     if (f & FZ_BIASTIE) feature_biastie(ld, x, T, &rng[9]);
     if ((f & FZ_NONFINITE) && T > 0) feature_nonfinite(x, T, D, &rng[6]);
+    if ((f & FZ_FILE) && fuzz_file_opts(c).global_scale_bf16)
+        ld->w.global_scale = moe_round_bf16(ld->w.global_scale);
     *xp = x;
     return MOE_OK;
 }
 
 /* ---------------------------------------------------------------- suites */
+
+int fuzz_case_threads(long k) {
+    if (k % 2 == 0) return 1;
+    if (k % 16 == 15) return 0;
+    if (k % 16 == 7) return 2 * omp_get_num_procs() + 1;
+    return 2;
+}
 
 static bool split_ok(const moe_config *cfg, moe_split_kind kind, int n, int pad) {
     moe_split s = {kind, n, 0, pad};
@@ -467,11 +482,9 @@ fuzz_case fuzz_suite_case(const fuzz_suite *s, uint64_t seed, long i) {
     /* aiming and the later features draw from their own stream, so that the draws above stay
      * what they were before these existed */
     moe_rng aim = moe_rng_make(seed, 7000 + (uint64_t)i);
-    if (moe_rng_uniform(&aim) < s->feature_p && cfg->R >= 2) {
-        c.features |= FZ_BIASTIE;
-        cfg->has_gate_bias = true;
-    }
     if (moe_rng_uniform(&aim) < s->aim_p) fuzz_case_aim(&c, &aim);
+    if (moe_rng_uniform(&aim) < s->feature_p && !nvfp4) c.features |= FZ_FILE; /* not written */
+    if (c.features & FZ_BIASTIE) cfg->has_gate_bias = true; /* the tie is the bias's doing */
     return c;
 }
 

@@ -42,7 +42,9 @@ enum {
                                ulp apart after one rounding: the lowest index decides */
     FZ_E4M3 = 1u << 10,     /* NVFP4: E4M3 scale bytes +-0, subnormal, smallest normal, 448 */
     FZ_SCALE2 = 1u << 11,   /* NVFP4: scale2 extremes (0, 2^-126, fp32 subnormal, 2^+-40) */
-    FZ_FEATURE_COUNT = 12
+    FZ_FILE = 1u << 12,     /* the candidates run on the layer after a checkpoint round trip
+                               (written, then loaded: fuzz_file.h) */
+    FZ_FEATURE_COUNT = 13
 };
 
 const char *fuzz_feature_name(int bit_index);
@@ -98,6 +100,12 @@ typedef struct {
  * its shape lands on one tile, several, a partial last one or a cut-off. Returns false (c
  * unchanged) when the drawn constant allows no valid case. */
 bool fuzz_case_aim(fuzz_case *c, moe_rng *rng);
+
+/* The candidates' thread count (moe_options.n_threads) for the k-th case of a run: 1 for half
+ * the cases (fast on small ones), 2 for 5 in 16, 2 x cores + 1 (more threads than cores) for
+ * 1 in 16 and the backends' own default (0) for 1 in 16, so that results are checked under
+ * every kind of thread pool; results must not depend on it. */
+int fuzz_case_threads(long k);
 
 /* Reads DIR/NAME.txt. */
 moe_status fuzz_suite_load(const char *dir, const char *name, fuzz_suite *s, moe_error *err);

@@ -14,6 +14,8 @@
  * dropped (its declared TILE_ELEMENTS hint and clipping, emulated by zeroing the weight rows that
  * tile holds), the selection score rounded once, the log-sigmoid normaliser's maximum taken over
  * the routed logits only (overflows once every routed logit is far below -709).
+ * A bug planted in the loader: gate.global_scale read at the other dtype's width, applied by the
+ * harness to the weights this mutant runs on after a checkpoint round trip (feature file).
  */
 #include "mutants.h"
 
@@ -49,7 +51,8 @@
     X(ROUTED_ONLY_MAX, "routed_only_max", "log-sigmoid normaliser's max over routed logits only") \
     X(NV_BLOCK32, "nv_block32", "NVFP4 scales read one per 32 values instead of 16")            \
     X(NV_NO_SCALE2, "nv_no_scale2", "NVFP4 scale2 ignored")                                     \
-    X(NV_SCALE2_ROW, "nv_scale2_row", "NVFP4 scale2 indexed by the assignment row, not the expert")
+    X(NV_SCALE2_ROW, "nv_scale2_row", "NVFP4 scale2 indexed by the assignment row, not the expert") \
+    X(LOADER_GSCALE_WIDTH, "loader_gscale_width", "loader reads gate.global_scale at the other dtype's width")
 
 #define AS_ENUM(id, name, desc) M_##id,
 typedef enum { MUTANT_LIST(AS_ENUM) M_COUNT } mutant_id;
@@ -513,11 +516,13 @@ static bool mutant_supports(mutant_id id, const moe_config *cfg, const moe_split
     case M_BIAS_IN_WEIGHTS:
     case M_ONE_ROUNDING: ok = cfg->has_gate_bias; break;
     case M_ROUTED_ONLY_MAX: ok = cfg->S >= 1; break;
+    case M_LOADER_GSCALE_WIDTH: ok = cfg->has_global_scale; break;
     case M_DROP_PARTIAL_TILE: {
         const int n = split->n, pad = split->pad_inter_to, I = cfg->I;
         int IL = split->kind == MOE_SPLIT_TP ? I / n : I, SIL = split->kind != MOE_SPLIT_NONE ? I / n : I;
         if (pad > 0) IL = (IL + pad - 1) / pad * pad, SIL = (SIL + pad - 1) / pad * pad;
-        ok = has_partial_tile(cfg->D, IL, cfg->S, SIL); /* as moe_shard_build sizes the slabs */
+        ok = cfg->routed_format != MOE_ROUTED_NVFP4 && /* its packing: not emulated here */
+             has_partial_tile(cfg->D, IL, cfg->S, SIL);    /* as moe_shard_build sizes the slabs */
         break;
     }
     default: break;
@@ -547,6 +552,27 @@ static const moe_backend mutants[M_COUNT] = {MUTANT_LIST(AS_BACKEND)};
 int moe_mutant_count(void) { return M_COUNT - 1; }
 const moe_backend *moe_mutant_at(int i) { return i >= 0 && i < M_COUNT - 1 ? &mutants[1 + i] : NULL; }
 const moe_backend *moe_mutant_control(void) { return &mutants[M_NONE]; }
+
+/* gate.global_scale read at the other dtype's width: stored F32, its first two bytes (the low
+ * mantissa half) taken as bf16; stored BF16, its two bytes taken as the low half of an F32. */
+static void gscale_wrong_width(moe_checkpoint *ck, int layer, moe_weights *w) {
+    char name[128];
+    snprintf(name, sizeof name, "model.llm.layers.%d.mlp.gate.global_scale", layer);
+    const moe_st_tensor *t = moe_checkpoint_tensor(ck, name, NULL);
+    if (!t) return;
+    uint16_t h;
+    memcpy(&h, t->data, sizeof h);
+    if (t->dtype == MOE_ST_F32) {
+        w->global_scale = moe_bf16_to_f32(h);
+    } else {
+        uint32_t bits = h;
+        memcpy(&w->global_scale, &bits, sizeof bits);
+    }
+}
+
+moe_loader_quirk moe_mutant_loader_quirk(const moe_backend *be) {
+    return be == &mutants[M_LOADER_GSCALE_WIDTH] ? gscale_wrong_width : NULL;
+}
 
 const moe_backend *moe_mutant_find(const char *name) {
     if (!name) return NULL;

@@ -11,11 +11,20 @@
 #ifndef INKLING_MUTANTS_H
 #define INKLING_MUTANTS_H
 
+#include "../common/checkpoint.h"
 #include "../common/moe.h"
 
 int moe_mutant_count(void);               /* the bug-carrying mutants, without the control */
 const moe_backend *moe_mutant_at(int i);  /* 0 <= i < count */
 const moe_backend *moe_mutant_find(const char *name); /* "none", "gate_up_swap" or "mutant:..." */
 const moe_backend *moe_mutant_control(void);
+
+/* A planted loader bug: re-reads part of a layer loaded from checkpoint ck (its tensors named
+ * model.llm.layers.{layer}.mlp.*) the wrong way into w. The harness applies it to the weights
+ * a loader mutant runs on after a checkpoint round trip (fuzz_file.h); without one the mutant
+ * is the reference. */
+typedef void (*moe_loader_quirk)(moe_checkpoint *ck, int layer, moe_weights *w);
+/* be's planted loader bug, or NULL (every path but the loader mutants). */
+moe_loader_quirk moe_mutant_loader_quirk(const moe_backend *be);
 
 #endif

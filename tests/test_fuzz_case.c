@@ -11,11 +11,14 @@
  *   - bad lines fail naming the key or word at fault;
  *   - features do what they say: ties make equal gate rows, nonfinite puts NaN/inf in x,
  *     codes puts all 16 codes in a row's first block, neglogit gives logits below -100, and
- *     below -709 on every routed row and no sink in some cases.
+ *     below -709 on every routed row and no sink in some cases, file gives the candidates the
+ *     same bytes through a checkpoint written and loaded back.
  */
 #include "test_support.h"
 
 #include "harness/fuzz_case.h"
+#include "harness/fuzz_file.h"
+#include "harness/mutants.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,6 +230,50 @@ static void test_neglogit_depths(void **state) {
     assert_true(deep && routed_only_deep);
 }
 
+/* Feature file: the loaded view holds the bytes written (both formats, both global_scale
+ * dtypes and scale layouts over the seeds), and the loader mutant's view differs only in its
+ * misread global_scale. */
+static void test_file_round_trip(void **state) {
+    (void)state;
+    bool dtype_seen[2] = {false, false};
+    for (int seed = 1; seed <= 8; seed++) {
+        char line[200];
+        snprintf(line, sizeof line, "D=64 I=32 R=3 K=2 S=1 T=2 fmt=%s bias=1 gscale=1 rs=8 split=none "
+                 "pad=0 seed=%d feat=file", seed % 2 ? "mxfp4" : "bf16", seed);
+        fuzz_case c;
+        moe_layer_data ld;
+        uint16_t *x;
+        build(line, &c, &ld, &x);
+        dtype_seen[fuzz_file_opts(&c).global_scale_bf16] = true;
+        fuzz_file f;
+        fuzz_file_prepare(&f, &c, &ld);
+        const moe_weights *w = NULL, *q = NULL;
+        moe_error err;
+        assert_int_equal(fuzz_file_weights(&f, &moe_backend_ref, &w, &err), MOE_OK);
+        assert_true(w != &ld.w);
+        const size_t D = 64, I = 32, R = 3, S = 1;
+        assert_memory_equal(w->gate_w, ld.w.gate_w, (R + S) * D * 2);
+        assert_memory_equal(w->gate_bias, ld.w.gate_bias, R * 4);
+        assert_true(w->global_scale == ld.w.global_scale);
+        if (seed % 2) {
+            assert_memory_equal(w->w13_mx, ld.w.w13_mx, R * 2 * I * D / 2);
+            assert_memory_equal(w->w13_scale, ld.w.w13_scale, R * 2 * I * D / 32);
+            assert_memory_equal(w->w2_mx, ld.w.w2_mx, R * D * I / 2);
+            assert_memory_equal(w->w2_scale, ld.w.w2_scale, R * D * I / 32);
+        } else {
+            assert_memory_equal(w->w13_bf16, ld.w.w13_bf16, R * 2 * I * D * 2);
+            assert_memory_equal(w->w2_bf16, ld.w.w2_bf16, R * D * I * 2);
+        }
+        assert_memory_equal(w->sink_w2, ld.w.sink_w2, S * D * I * 2);
+        assert_int_equal(fuzz_file_weights(&f, moe_mutant_find("loader_gscale_width"), &q, &err), MOE_OK);
+        assert_true(q->global_scale != ld.w.global_scale && q->gate_w == w->gate_w);
+        fuzz_file_close(&f);
+        moe_layer_data_free(&ld);
+        free(x);
+    }
+    assert_true(dtype_seen[0] && dtype_seen[1]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_and_bounds),
@@ -235,6 +282,7 @@ int main(void) {
         cmocka_unit_test(test_build_deterministic),
         cmocka_unit_test(test_features),
         cmocka_unit_test(test_neglogit_depths),
+        cmocka_unit_test(test_file_round_trip),
     };
     return cmocka_run_group_tests_name("fuzz_case", tests, NULL, NULL);
 }
