@@ -6,6 +6,7 @@
 #                        stress mode (determinism across history) for a fifth of FUZZ_SECONDS
 #   make fuzz-selftest   show that the fuzzer catches every planted bug (harness/mutants.c)
 #   make asan            the tests again under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make coverage        line and branch coverage of common/, ref/, opt/blas/ by make test + make fuzz
 #   make fuzz-parse      libFuzzer on the safetensors and config.json parsers (FUZZ_PARSE_SECONDS)
 #   make golden          regenerate golden/cases with the NumPy generator (golden-check: compare)
 #   make bench-cpu       reference vs OpenBLAS path on Inkling-Small (BENCH_ARGS; minutes)
@@ -30,6 +31,7 @@ FUZZ_SEED   ?=
 FUZZ_SUITES ?= smoke,ci
 FUZZ_STRESS_SUITES ?= smoke,ci
 SANITIZE    ?=
+COVERAGE    ?=
 
 pc_exists = $(shell pkg-config --exists $(1) 2>/dev/null && echo yes)
 HAVE_OPENBLAS := $(call pc_exists,openblas)
@@ -39,7 +41,7 @@ HAVE_CUDA     := $(if $(NVCC),yes,)
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wvla
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 $(WARN) -D_POSIX_C_SOURCE=200809L -fopenmp $(SANITIZE)
+CFLAGS   += -std=c11 $(WARN) -D_POSIX_C_SOURCE=200809L -fopenmp $(SANITIZE) $(COVERAGE)
 CPPFLAGS += -I. -MMD -MP
 LDLIBS   += -lm -fopenmp -ldl
 NVFLAGS  ?= -O3 -g -lineinfo
@@ -81,7 +83,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 # ---------------------------------------------------------------- top-level targets
-.PHONY: all deps deps-python test test-now asan fuzz fuzz-now fuzz-selftest fuzz-parse golden \
+.PHONY: all deps deps-python test test-now asan coverage fuzz fuzz-now fuzz-selftest fuzz-parse golden \
         golden-check bench-cpu config clean help examples install fuzz-external
 
 all: config $(LIB) $(TOOL) $(TESTS) examples
@@ -110,6 +112,15 @@ asan: deps
 
 fuzz: deps
 	@$(MAKE) --no-print-directory fuzz-now
+
+# Coverage (gcc --coverage, read with gcov): a -O0 build without CUDA under build/coverage runs
+# make test and make fuzz (FUZZ_SECONDS), then tests/coverage.sh sums the lines and branches of
+# common/, ref/ and opt/blas/ and leaves annotated sources in build/coverage/gcov/.
+coverage: deps
+	@find build/coverage -name '*.gcda' -delete 2>/dev/null || true
+	@$(MAKE) --no-print-directory BUILD=build/coverage NVCC= COVERAGE="-O0 --coverage" test-now; \
+	$(MAKE) --no-print-directory BUILD=build/coverage NVCC= COVERAGE="-O0 --coverage" fuzz-now; \
+	sh tests/coverage.sh build/coverage
 
 # FUZZ_SECONDS (whole seconds) is shared: four fifths for the fuzzer, one fifth for stress mode.
 # Both always run; the target fails if either does.

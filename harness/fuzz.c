@@ -146,9 +146,45 @@ static uint16_t *sample_rows(const fuzz_case *c, const uint16_t *x, const int *t
     return xs;
 }
 
+static const moe_precision contracts[3] = {MOE_PRECISION_EXACT, MOE_PRECISION_SERVING, MOE_PRECISION_ENGINE};
+static const char *const contract_names[3] = {"exact", "serving", "engine"};
+
+/* Without the reference's own paths, a case that every candidate declines in every contract
+ * needs no layer: its paths are reported SKIPPED (with the reasons) and nothing is built, so
+ * that hunting a mutant that declines most cases costs only the cases it runs. Returns
+ * whether the case must be built and run. */
+static moe_status any_path_runs(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_result *res,
+                                bool *runs, moe_error *err) {
+    *runs = true;
+    if (tg->ref_paths) return MOE_OK;
+    const moe_split sp = {c->split, c->n, 0, c->pad};
+    for (int p = tg->engine ? 2 : 0; p < (tg->engine ? 3 : 2); p++)
+        for (int i = 0; i < tg->n_candidates; i++) {
+            char why[8];
+            moe_options o = moe_options_default();
+            o.precision = contracts[p];
+            o.n_threads = tg->n_threads;
+            const moe_backend *be = tg->candidates[i];
+            if (be->available(why, sizeof why) && be->supports(&c->cfg, &sp, &o, why, sizeof why)) return MOE_OK;
+        }
+    *runs = false;
+    moe_status st = MOE_OK;
+    for (int p = tg->engine ? 2 : 0; p < (tg->engine ? 3 : 2) && !st; p++) {
+        moe_options o = moe_options_default();
+        o.precision = contracts[p];
+        o.n_threads = tg->n_threads;
+        bool wanted;
+        st = contract_wanted(tg, &c->cfg, &sp, &o, contract_names[p], res, &wanted, err);
+    }
+    return st;
+}
+
 moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_result *res,
                          moe_error *err) {
     memset(res, 0, sizeof *res);
+    bool runs;
+    moe_status pre = any_path_runs(c, tg, res, &runs, err);
+    if (pre || !runs) return pre;
     moe_layer_data ld;
     uint16_t *x = NULL, *xs = NULL;
     int *tokens = NULL;
@@ -168,8 +204,6 @@ moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_r
     const bool split = c->split != MOE_SPLIT_NONE;
     const moe_split case_split = {c->split, c->n, 0, c->pad};
     for (int p = tg->engine ? 2 : 0; p < (tg->engine ? 3 : 2) && !st; p++) {
-        static const moe_precision contracts[3] = {MOE_PRECISION_EXACT, MOE_PRECISION_SERVING, MOE_PRECISION_ENGINE};
-        static const char *const contract_names[3] = {"exact", "serving", "engine"};
         moe_options opt = moe_options_default();
         opt.precision = contracts[p];
         const char *prec = contract_names[p];

@@ -13,8 +13,8 @@
  *   neglogit  one input column set to 32 in every token and that column of the gate rows set
  *             to -8, -32 or -128 (logits near -256, -1024 or -4096: past about -709, exp of
  *             them underflows and a log-sigmoid normaliser that leaves out the sinks
- *             overflows), on about half of the rows (sinks included: 1 in 4), on all of
- *             them (1 in 4), or on every routed row and no sink (1 in 2);
+ *             overflows; -8 in 1 case in 4), on about half of the rows (sinks included: 1 in
+ *             8), on all of them (1 in 8), or on every routed row and no sink (3 in 4);
  *   codes     (MXFP4, NVFP4) the first 32 values of every row holds every E2M1 code twice;
  *   e4m3      (NVFP4) about 1 in 8 scale blocks set to +-0, an E4M3 subnormal, 2^-6 or +-448;
  *   scale2    (NVFP4) about a third of the experts get extreme scale2 pairs (0, 2^+-40 with
@@ -251,10 +251,10 @@ static void feature_near(moe_layer_data *ld, moe_rng *rng) {
 }
 
 static void feature_neglogit(moe_layer_data *ld, uint16_t *x, int T, moe_rng *rng) {
-    static const float depth[3] = {-8.0f, -32.0f, -128.0f};
+    static const float depth[4] = {-8.0f, -32.0f, -128.0f, -128.0f};
     const int D = ld->cfg.D, R = ld->cfg.R, G = R + ld->cfg.S, d0 = moe_rng_int(rng, 0, D - 1);
-    const uint16_t v = moe_f32_to_bf16(depth[moe_rng_int(rng, 0, 2)]);
-    const int rows = moe_rng_int(rng, 0, 3); /* 0: about half, 1: all, 2 and 3: the routed ones */
+    const uint16_t v = moe_f32_to_bf16(depth[moe_rng_int(rng, 0, 3)]);
+    const int rows = moe_rng_int(rng, 0, 7); /* 0: about half, 1: all, else the routed ones */
     for (int g = 0; g < G; g++)
         if (rows == 1 || (rows >= 2 && g < R) || (rows == 0 && moe_rng_int(rng, 0, 1)))
             ld->gate_w[(size_t)g * D + d0] = v;
