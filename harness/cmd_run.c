@@ -91,16 +91,18 @@ static int by_string(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* --out must not be any file of the run: the input, config.json, the index, or any file the
- * weight map names (a shard not read for this layer is still part of the checkpoint). */
+/* --out must not be any file of the run: the input, config.json, hf_quant_config.json, the
+ * index, or any file the weight map names (a shard not read for this layer is still part of
+ * the checkpoint). */
 static moe_status refuse_out_on_inputs(const run_args *a, const moe_checkpoint *ck, moe_error *err) {
-    const int cap = ck->n_names + 4;
+    const int cap = ck->n_names + 5;
     const char **names = calloc((size_t)cap, sizeof *names);
     char **paths = calloc((size_t)cap, sizeof *paths);
     moe_status st = names && paths ? MOE_OK : moe_fail(err, MOE_ERR_NOMEM, "run: out of memory");
     int n = 0, np = 0;
     if (!st) {
         names[n++] = "config.json";
+        names[n++] = "hf_quant_config.json";
         names[n++] = "model.safetensors.index.json";
         names[n++] = "model.safetensors";
         for (int i = 0; i < ck->n_names; i++) names[n++] = ck->name_file[i];

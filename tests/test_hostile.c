@@ -447,6 +447,7 @@ static void model_with_index_except(const char *name, const char *file) {
     moe_st_close(&f);
     model_with_index(text);
 }
+static void p_index_for_out(void) { model_with_index_except(NULL, NULL); }
 static void p_index_missing_file(void) {
     model_with_index_except("model.llm.layers.3.mlp.gate.weight", "shard-9.safetensors");
 }
@@ -532,6 +533,7 @@ static const hostile_case cases[] = {
     {"run, --out ending in /", NULL, {"run", "--model", "$M", "--input", "$I", "--out", "$D/new/"}, "is a directory"},
     {"run, --out = --input", NULL, {"run", "--model", "$M", "--input", "$I", "--out", "$I"}, "same file as the input"},
     {"run, --out = model.safetensors", NULL, {"run", "--model", "$M", "--input", "$I", "--out", "$M/model.safetensors"}, "same file as the input"},
+    {"run, --out = the index", p_index_for_out, {"run", "--model", "$M", "--input", "$I", "--out", "$M/model.safetensors.index.json"}, "same file as the input"},
     {"run, --out = config.json", NULL, {"run", "--model", "$M", "--input", "$I", "--out", "$M/config.json"}, "same file as the input"},
     {"run, --out a hard link to the input", p_out_hardlink, {"run", "--model", "$M", "--input", "$I", "--out", "$D/hard.st"}, "same file"},
     {"run, --out a symlink to the input", p_out_symlink, {"run", "--model", "$M", "--input", "$I", "--out", "$D/soft.st"}, "same file"},
