@@ -23,7 +23,8 @@
  *     blocks, so one token keeps every core busy), each tile is one single-threaded sgemm or one
  *     fused call writing its own part of the result (OpenBLAS's own threading changes sgemm's
  *     bits, so it is held at 1 during a call and restored after), so the result is bitwise the
- *     same for any thread count;
+ *     same for any thread count; below BLAS_PARALLEL_TOKENS tokens the per-token loops run on
+ *     one thread (a team barrier costs more than their work when the cores are shared);
  *   - non-finite input rows (SPEC §1): their fp32 copy is zeroed so no NaN enters a GEMM
  *     batch; afterwards they get NaN logits, weights, output, sink_h and sink_y, zero
  *     routed_h and routed_y, and ids 0..K-1, as the reference writes them.
@@ -298,7 +299,8 @@ static int group_by_expert(const moe_shard *sh, int T, blas_work *w) {
  * ranges merged per expert (range1); zeroes the padding of their arranged h rows (ha). */
 static void gather_rows(blas_work *w, int E, int D, int IL, int nt) {
     const size_t sD = blas_fused_stride(D), sI = blas_fused_stride(IL);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) \
+    if (w->offset[E] >= BLAS_PARALLEL_TOKENS)
     for (int e = 0; e < E; e++)
         for (int q = w->offset[e]; q < w->offset[e + 1]; q++) {
             float *row = w->xg + (size_t)q * D;
@@ -375,7 +377,7 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
     openblas_set_num_threads(1);
 
     /* Input to fp32; non-finite rows zeroed so that no NaN enters a GEMM. */
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(static) if (T >= BLAS_PARALLEL_TOKENS)
     for (int t = 0; t < T; t++) {
         bool finite = true;
         float *row = w.xf + (size_t)t * D;
@@ -389,14 +391,14 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
 
     /* Gate logits, in fixed chunks of tokens. */
     const int gate_chunks = (T + BLAS_GATE_CHUNK - 1) / BLAS_GATE_CHUNK;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (gate_chunks > 1)
     for (int ch = 0; ch < gate_chunks; ch++) {
         int t0 = ch * BLAS_GATE_CHUNK, n = T - t0 < BLAS_GATE_CHUNK ? T - t0 : BLAS_GATE_CHUNK;
         times_tile(n, G, D, w.xf + (size_t)t0 * D, D, s->gate_f32, w.logits + (size_t)t0 * G, G);
     }
 
     /* Selection and weights. */
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(static) if (T >= BLAS_PARALLEL_TOKENS)
     for (int t = 0; t < T; t++) {
         float *lg = w.logits + (size_t)t * G, *wt = w.weights + (size_t)t * KS;
         int32_t *id = w.ids + (size_t)t * K;
@@ -497,7 +499,7 @@ static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, mo
     openblas_set_num_threads(blas_threads);
 
     /* Output: slots in order, then the sink sum (itself summed in sink order), bf16 once. */
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(static) if (T >= BLAS_PARALLEL_TOKENS)
     for (int t = 0; t < T; t++) {
         float *o = out + (size_t)t * D, *sink_sum = w.ys + (size_t)t * D;
         if (!w.finite[t]) {

@@ -22,6 +22,7 @@
 #define BLAS_SHAPE_CONSTANTS(X)                                                                    \
     X(TILE_FLOATS, MOE_HINT_TILE_ELEMENTS, 1 << 17, "decoded weight tile: a core's L2 share")     \
     X(GATE_CHUNK, MOE_HINT_TOKENS, 64, "gate logits are computed in chunks of this many tokens")  \
+    X(PARALLEL_TOKENS, MOE_HINT_TOKENS, 32, "fewer tokens: per-token loops on one thread")       \
     X(SGEMV_BELOW, MOE_HINT_EXPERT_ROWS, 4, "fewer token rows: one sgemv per row, not sgemm")   \
     X(FUSED_BELOW, MOE_HINT_EXPERT_ROWS, 256, "fewer rows on an MXFP4 expert: fused kernels")    \
     X(FUSED_TOKEN_BLOCK, MOE_HINT_EXPERT_ROWS, 4, "fused kernels: token rows per register block") \
