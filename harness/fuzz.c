@@ -84,7 +84,9 @@ static moe_status candidate(fuzz_pool *pool, const moe_backend *be, const moe_op
     const moe_weights *w = cc->w;
     char why[8];
     const moe_split sp = {split ? c->split : MOE_SPLIT_NONE, split ? c->n : 1, 0, split ? c->pad : 0};
-    moe_status st = be->available(why, sizeof why) && be->supports(cc->cfg, &sp, opt, why, sizeof why)
+    moe_options computed = *opt; /* the engine contract is computed as serving */
+    computed.precision = moe_precision_computed(opt->precision);
+    moe_status st = be->available(why, sizeof why) && be->supports(cc->cfg, &sp, &computed, why, sizeof why)
                         ? fuzz_file_weights(file, be, &w, &run_err) : MOE_OK;
     if (!st)
         st = fuzz_run_on(pool, be, opt, cc->cfg, w, sp.kind, sp.n, sp.pad_inter_to,
@@ -162,7 +164,7 @@ static moe_status any_path_runs(const fuzz_case *c, const fuzz_targets *tg, fuzz
         for (int i = 0; i < tg->n_candidates; i++) {
             char why[8];
             moe_options o = moe_options_default();
-            o.precision = contracts[p];
+            o.precision = moe_precision_computed(contracts[p]); /* engine: computed as serving */
             o.n_threads = tg->n_threads;
             const moe_backend *be = tg->candidates[i];
             if (be->available(why, sizeof why) && be->supports(&c->cfg, &sp, &o, why, sizeof why)) return MOE_OK;
