@@ -4,9 +4,9 @@
  * Rules (checkpoint.h and docs/formats.md state them in full):
  *   - config fields have one meaning each: the MoE width is moe_intermediate_size when present,
  *     else intermediate_size; K > R, non-integers and missing fields fail naming the field;
- *   - each tensor of SPEC §3a is checked for presence, dtype and shape against the config; the
- *     two scale layouts [R*2I, D/32] and [R, 2I, D/32] are the same bytes, so both are read
- *     the same way; gate.global_scale may be F32 or BF16, shape [1] or [];
+ *   - each tensor of contract.md [checkpoint.tensors] is checked for presence, dtype and shape
+ *     against the config; the two scale layouts [R*2I, D/32] and [R, 2I, D/32] are the same bytes,
+ *     so both are read the same way; gate.global_scale may be F32 or BF16, shape [1] or [];
  *   - a flag that is false with its tensor present, or true with it absent, is an error;
  *   - a layer's tensors are read with pread into memory the checkpoint owns (so aligned, at
  *     any file offset), never used in place in a mapping: a file truncated underneath is an

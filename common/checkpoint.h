@@ -1,6 +1,7 @@
 /*
  * checkpoint.h: one MoE layer of a checkpoint directory, as a moe_config plus a moe_weights
- * view whose tensors were read (pread) into memory the checkpoint owns (SPEC §3a, §5).
+ * view whose tensors were read (pread) into memory the checkpoint owns
+ * (contract.md [checkpoint.tensors], [cli]).
  *
  * Rules (docs/formats.md has the full list and the decisions behind them):
  *   - config.json: the text config at the top level or under "text_config"; the MoE width is
@@ -109,8 +110,8 @@ moe_status moe_checkpoint_layer(moe_checkpoint *ck, int layer, int *layer_out, m
 /* A tensor by full name, opening its file if needed; NULL plus err when absent. */
 const moe_st_tensor *moe_checkpoint_tensor(moe_checkpoint *ck, const char *name, moe_error *err);
 
-/* An input file's x [T, D] bf16 (SPEC §5), checked against hidden_size D and copied out of the
- * file into *x (malloc'ed; free it). Errors name the file and the tensor. */
+/* An input file's x [T, D] bf16 (contract.md [cli.files]), checked against hidden_size D and copied
+ * out of the file into *x (malloc'ed; free it). Errors name the file and the tensor. */
 moe_status moe_read_input(const char *path, int D, int *T, uint16_t **x, moe_error *err);
 
 #endif /* INKLING_CHECKPOINT_H */

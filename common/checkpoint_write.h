@@ -8,7 +8,8 @@
  *     use_gate_bias, use_global_scale) with a quantization_config whose exclude list names the
  *     layer's two expert weights when they are bf16;
  *   - dir/model.safetensors with the layer's tensors under model.llm.layers.{layer}.mlp.
- *     (SPEC §3a names), MXFP4 or bf16 routed experts (NVFP4 is not written);
+ *     (contract.md [checkpoint.tensors] names), MXFP4 or bf16 routed experts (NVFP4 is not
+ *     written);
  *   - gate.global_scale as F32, or as BF16 when asked (its value must then be a bf16 value,
  *     else the round trip would change it: refused); MXFP4 scales flattened [R*rows, blocks]
  *     or, when asked, [R, rows, blocks].

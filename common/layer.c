@@ -5,7 +5,8 @@
  *   - a backend is asked available() and supports() before create(); their reason becomes the
  *     error message;
  *   - arguments are validated here once, so backends may assume T >= 0 and non-NULL buffers;
- *   - the strict non-finite policy (SPEC §1) is applied here, so every backend honours it alike.
+ *   - the strict non-finite policy (contract.md [nonfinite]) is applied here, so every backend
+ *     honours it alike.
  */
 #include "moe.h"
 #include "numeric.h"

@@ -5,7 +5,8 @@
  * the CUDA path, the harness's deliberately broken test doubles) is a `moe_backend`: a table
  * of function pointers, modelled on ggml's backend interface. A caller
  *   1. describes the layer with a `moe_config` and full-layer `moe_weights` (borrowed pointers),
- *   2. cuts the weights one rank would hold with `moe_shard_build` (TP n / EP n, SPEC §4),
+ *   2. cuts the weights one rank would hold with `moe_shard_build` (TP n / EP n,
+ *      contract.md [sharding]),
  *   3. makes a `moe_layer` on a backend from that shard (weights become resident there),
  *   4. calls `moe_layer_forward` as often as it likes: it returns the rank's partial output
  *      and, on request, the stage outputs the harness compares.
@@ -13,7 +14,7 @@
  * Rules that hold for every function declared here:
  *   - library code never exits or aborts: every failure is a moe_status plus a message in a
  *     moe_error that names the tensor, field or argument at fault;
- *   - shapes are written next to every pointer, in the SPEC's letters:
+ *   - shapes are written next to every pointer, in the contract's letters:
  *     T tokens, D hidden, I expert width, R routed experts, K top-k, S sinks, G = R + S;
  *   - bf16 values travel as uint16_t bit patterns, everything else as fp32 unless stated;
  *   - the types here are the plugin ABI (moe_plugin.h): a change to their layout or meaning
@@ -105,8 +106,8 @@ typedef struct {
  * for the block formats, finite route_scale). Names the offending config field on failure. */
 moe_status moe_config_validate(const moe_config *cfg, moe_error *err);
 
-/* The full layer's weights, as in the checkpoint (SPEC §3a). Pointers are borrowed. Only the
- * members of cfg->routed_format are read. */
+/* The full layer's weights, as in the checkpoint (contract.md [checkpoint.tensors]). Pointers are
+ * borrowed. Only the members of cfg->routed_format are read. */
 typedef struct {
     const uint16_t *gate_w;     /* [R+S, D] bf16; rows >= R are the sinks' gate rows */
     const float *gate_bias;     /* [R], or NULL when !has_gate_bias */
@@ -140,7 +141,7 @@ typedef struct {
     int pad_inter_to; /* round each rank's intermediate width up to a multiple of this; 0 = none */
 } moe_split;
 
-/* What one rank holds (SPEC §4). Every array is owned by the shard. */
+/* What one rank holds (contract.md [sharding]). Every array is owned by the shard. */
 typedef struct {
     moe_config cfg;        /* the full layer's configuration (D, I, R, K, S unchanged) */
     moe_split split;
@@ -169,12 +170,12 @@ typedef struct {
  * block-format slabs stay block-aligned (32 MXFP4, 16 NVFP4), rank in range. Names the offending field. */
 moe_status moe_split_validate(const moe_config *cfg, const moe_split *split, moe_error *err);
 
-/* Copies the slab of w that split.rank holds into a new shard, padding as SPEC §4 says. Only
- * the slab's bytes are read, so w may point into memory-mapped checkpoint files. Every scale
- * block copied is checked: a NaN byte (E8M0 0xFF, E4M3 0x7F/0xFF), an MXFP4 block whose
- * largest weight overflows fp32, an NVFP4 scale2 that is negative, not finite, or makes the
- * largest weight overflow fp32 fail with MOE_ERR_VALUE naming the tensor and index. On
- * failure *shard is empty. */
+/* Copies the slab of w that split.rank holds into a new shard, padding as
+ * contract.md [sharding.pad] says. Only the slab's bytes are read, so w may point into
+ * memory-mapped checkpoint files. Every scale block copied is checked: a NaN byte (E8M0 0xFF, E4M3
+ * 0x7F/0xFF), an MXFP4 block whose largest weight overflows fp32, an NVFP4 scale2 that is negative,
+ * not finite, or makes the largest weight overflow fp32 fail with MOE_ERR_VALUE naming the tensor
+ * and index. On failure *shard is empty. */
 moe_status moe_shard_build(const moe_config *cfg, const moe_weights *w, const moe_split *split,
                            moe_shard *shard, moe_error *err);
 void moe_shard_free(moe_shard *shard);
@@ -185,8 +186,8 @@ int moe_local_expert_count(const moe_config *cfg, const moe_split *split);
 /* ---------------------------------------------------------------- forward */
 
 typedef enum {
-    MOE_PRECISION_EXACT = 0,   /* the mathematical layer, double after the logits (SPEC §2) */
-    MOE_PRECISION_SERVING = 1, /* bf16 at the served model's rounding points (SPEC §2) */
+    MOE_PRECISION_EXACT = 0,   /* the mathematical layer, double after the logits (contract.md [precision.exact]) */
+    MOE_PRECISION_SERVING = 1, /* bf16 at the served model's rounding points (contract.md [precision.serving]) */
     MOE_PRECISION_ENGINE = 2,  /* a contract, not a computation: paths compute serving, and are
                                   judged by the engine envelope, wider by exactly a served
                                   engine's extra bf16 roundings (docs/tolerances.md); no backend

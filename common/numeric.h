@@ -43,7 +43,7 @@ static inline uint16_t moe_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-/* fp32 -> nearest bf16 -> fp32: "rounded to bf16" in the SPEC's precision contracts. */
+/* fp32 -> nearest bf16 -> fp32: "rounded to bf16" in the contract's precision contracts. */
 static inline float moe_round_bf16(float f) { return moe_bf16_to_f32(moe_f32_to_bf16(f)); }
 
 /* 2^k exactly for -10 <= k <= 5 (the E4M3 exponents). */

@@ -1,5 +1,5 @@
 /*
- * shard.c: configuration checks and the slab one rank holds (SPEC §4).
+ * shard.c: configuration checks and the slab one rank holds (contract.md [sharding]).
  *
  * Rules:
  *   - TP n: rank r holds, for every routed expert and every sink, the contiguous slab of

@@ -461,8 +461,9 @@ CHECKS = {
 
 
 # ---------------------------------------------------------------------------
-# 1-ulp near-ties decided by the bias. SPEC rounds sel = sigmoid(l) + bias twice (sigmoid to
-# fp32, then the fp32 sum); a selector that rounds once picks differently here.
+# 1-ulp near-ties decided by the bias. The contract ([routing.select]) rounds
+# sel = sigmoid(l) + bias twice (sigmoid to fp32, then the fp32 sum); a selector that rounds
+# once picks differently here.
 # Rows p (zero gate row: logit 0, sigmoid 1/2 exactly; bias 1: sel 1.5) and q (zero but for c
 # at column D0, where every token's x is 32: logit 32c for every token; bias chosen so that
 # fp32(sigmoid) + bias lands exactly on a midpoint next to 1.5, or one ulp above it).

@@ -1,4 +1,4 @@
-"""Independent NumPy model of one Inkling MoE layer (SPEC.md sections 1-4).
+"""Independent NumPy model of one Inkling MoE layer (docs/contract.md [math] to [sharding]).
 
 Everything is computed in float64 with explicit rounding points:
 
@@ -13,9 +13,9 @@ Everything is computed in float64 with explicit rounding points:
 * bf16 rounding is always float64 -> float32 -> bf16, each round-to-nearest-even
   (ml_dtypes).
 
-Precision contracts (SPEC section 2):
+Precision contracts (contract.md [precision]):
 
-exact    logits rounded once to fp32; selection and weights as in section 1;
+exact    logits rounded once to fp32; selection and weights as in contract.md [routing];
          routed y_e = W2 (silu(W1 x) * (W3 x)) in float64;
          out = sum_k w_k y_k + sum_s W2_s ((gamma_s * silu(W1_s x)) * (W3_s x))
          in float64; each rank's partial rounded to fp32.
@@ -24,7 +24,7 @@ serving  g, u rounded to bf16; h = silu(g) * u (sinks: (silu(g) * u) * gamma_s)
          out = sum_k w_k y_k + sum_s W2_s h_s in float64; each rank's partial
          rounded to fp32, then to bf16.
 
-Splits (SPEC section 4): each rank's partial is computed from its own slabs of
+Splits (contract.md [sharding.sum]): each rank's partial is computed from its own slabs of
 the weights (with zero channels appended when a per-rank padding P is given),
 rounded as above, and the partials are added in rank order in fp32; the
 serving sum is then rounded to bf16.

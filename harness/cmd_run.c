@@ -1,5 +1,6 @@
 /*
- * cmd_run.c: `inkling-moe run`, one MoE layer of a checkpoint on an input file (SPEC §5).
+ * cmd_run.c: `inkling-moe run`, one MoE layer of a checkpoint on an input file
+ * (contract.md [cli.run]).
  *
  * Rules:
  *   - the layer is loaded through the checkpoint loader as a view into the mapped files;

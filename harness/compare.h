@@ -4,11 +4,11 @@
  * Rules (derivations in docs/tolerances.md):
  *   - A path's results on one case are a moe_run: its output and the stages it filled.
  *   - Both runs are judged against the contract's *envelope*: for every element of every stage,
- *     the interval that any correct implementation of the contract (exact or serving, SPEC §2)
- *     must land in, whatever its accumulation order. The envelope is computed from the exact
- *     math (double) plus the roundings the contract allows, element by element and in
- *     proportion to the magnitudes of the terms that make up that element (sum |x||W| etc.),
- *     never to a norm of the output: tolerances are accumulation order only.
+ *     the interval that any correct implementation of the contract (exact or serving,
+ *     contract.md [precision]) must land in, whatever its accumulation order. The envelope is
+ *     computed from the exact math (double) plus the roundings the contract allows, element by
+ *     element and in proportion to the magnitudes of the terms that make up that element (sum
+ *     |x||W| etc.), never to a norm of the output: tolerances are accumulation order only.
  *   - Ids compare exactly between the two runs. A token whose K-th and (K+1)-th selection
  *     scores are closer than the logits' envelope allows is a near-tie: if its ids differ, both
  *     selectors are fed the same logits (the backend's route entry); the token passes only if
@@ -20,7 +20,7 @@
  *   - Intermediates (routed_h, routed_y, sink_h, sink_y) are compared only for unsplit,
  *     unpadded runs (a rank's stages hold a slab); logits, ids, weights and output always.
  *   - Tokens whose input row holds NaN or inf must give an all-NaN output row, ids in [0, R)
- *     and NaN weights (SPEC §1); their other stages are not compared.
+ *     and NaN weights (contract.md [nonfinite]); their other stages are not compared.
  * Library code: returns moe_status, never exits.
  */
 #ifndef INKLING_COMPARE_H

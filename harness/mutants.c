@@ -269,8 +269,8 @@ static void mutate_shard(mutant_id id, moe_shard *s) {
 
 static double log_sigmoid(double a) { return fmin(a, 0.0) - log1p(exp(-fabs(a))); }
 
-/* The log-space weights of SPEC §1 step 3 over n given logits (as ref_route.c), the maximum
- * taken over the first n_max of them (n: correct). */
+/* The log-space weights of contract.md [routing.weights] over n given logits (as ref_route.c), the
+ * maximum taken over the first n_max of them (n: correct). */
 static void weights_of(const double *a, int n, int n_max, double scale, float *w) {
     double m = -INFINITY, sum = 0.0;
     for (int j = 0; j < n_max; j++) m = fmax(m, log_sigmoid(a[j]));

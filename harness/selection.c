@@ -1,5 +1,6 @@
 /*
- * selection.c: the contract's expert selection, from SPEC §1 step 2 (rules in selection.h).
+ * selection.c: the contract's expert selection, from contract.md [routing.select] (rules in
+ * selection.h).
  *
  * Written apart from ref/ref_route.c on purpose, and differently: sigma in long double (its
  * correctly rounded fp32 value either way, away from midpoints), and the top K kept as a

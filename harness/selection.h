@@ -1,9 +1,9 @@
 /*
- * selection.h: the contract's expert selection (SPEC §1 step 2), written from the SPEC for the
- * harness alone, independently of ref/, so that the ids every path is judged against do not
- * come from the code under test.
+ * selection.h: the contract's expert selection (contract.md [routing.select]), written from the
+ * contract for the harness alone, independently of ref/, so that the ids every path is judged against
+ * do not come from the code under test.
  *
- * Rules (SPEC §1 step 2):
+ * Rules (contract.md [routing.select]):
  *   - sel[e] = sigma(l[e]) + bias[e] in fp32, e < R, rounded twice: sigma of the fp32 logit,
  *     rounded to fp32; then the fp32 sum with the fp32 bias, rounded to fp32;
  *   - the K largest, in slot order: slot 0 the largest; equal values in ascending index (the

@@ -3,7 +3,7 @@
  *
  * Rules of the reference (each file restates the rules it implements):
  *   - plain loops, double accumulation, no BLAS, no threads, no cleverness: it is trusted
- *     because it can be read against SPEC.md line by line;
+ *     because it can be read against docs/contract.md line by line;
  *   - exact contract: logits accumulated in double and rounded once to fp32; selection and
  *     weights in fp32 (computed in double from the fp32 logits, rounded once to fp32); all
  *     later arithmetic in double with no rounding; the output rounded to fp32;
@@ -24,7 +24,7 @@
 /* One token's gate logits: x [D] (as double), gate_w [G, D] bf16 -> logits [G] fp32. */
 void ref_gate_logits(const double *x, const uint16_t *gate_w, int G, int D, float *logits);
 
-/* One token's selection and weights (SPEC §1 steps 2-3).
+/* One token's selection and weights (contract.md [routing]).
  * logits [R+S] fp32, bias [R] or NULL -> ids [K] in slot order, weights [K+S] (routed, then
  * sink gammas) summing to route_scale * global_scale. */
 void ref_route_token(const float *logits, const float *bias, int R, int K, int S,

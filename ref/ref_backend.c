@@ -2,12 +2,12 @@
  * ref_backend.c: the reference as a moe_backend: the whole layer on a shard, token by token.
  *
  * Rules:
- *   - every rank routes every token over all R experts and the S sinks (SPEC §4);
+ *   - every rank routes every token over all R experts and the S sinks (contract.md [sharding]);
  *   - a routed slot contributes w_k * y_k only if its expert is held by this rank; the rank's
  *     sink slab always contributes; the partial output is their sum, in double;
  *   - exact: the partial is rounded to fp32; serving: to bf16 (through fp32), once;
  *   - a token whose input row holds NaN or inf gets logits, weights and output of NaN and
- *     ids 0..K-1 (SPEC §1: valid indices, which ones unspecified); other tokens are unaffected.
+ *     ids 0..K-1 (contract.md [nonfinite]); other tokens are unaffected.
  */
 #include "ref.h"
 

@@ -1,5 +1,6 @@
 /*
- * ref_expert.c: one SwiGLU expert on one token (SPEC §1 steps 4-5, §2).
+ * ref_expert.c: one SwiGLU expert on one token
+ * (contract.md [math.experts], [math.sinks], [precision]).
  *
  * Rules:
  *   - weights are decoded exactly (MXFP4 and bf16 are exact in fp32, so in double; an NVFP4

@@ -1,5 +1,5 @@
 /*
- * ref_gate.c: gate logits (SPEC §1 step 1).
+ * ref_gate.c: gate logits (contract.md [math.gate]).
  * l[e] = sum_d x[d] * Wg[e, d] over bf16 inputs, accumulated in double, rounded once to fp32.
  * Every row e < G is computed; the sinks' logits (rows >= R) feed the weights only.
  */

@@ -1,5 +1,5 @@
 /*
- * ref_route.c: selection and weights (SPEC §1 steps 2-3).
+ * ref_route.c: selection and weights (contract.md [routing]).
  *
  * Rules:
  *   - sel[e] = sigmoid(l[e]) + bias[e] in fp32, e < R: the sigmoid is computed in double from

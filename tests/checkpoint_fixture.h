@@ -1,12 +1,12 @@
 /*
  * checkpoint_fixture.h: writes small checkpoint directories for the loader and CLI tests.
  *
- * Rules: a layer (moe_layer_data, random or hand-made) is written under its SPEC §3a names
- * with prefix model.llm.layers.{L}.mlp., next to an unrelated tensor, plus a config.json in
- * the original spelling. Options plant one fault at a time: a tensor left out, a tensor with
- * one extra leading dimension (same bytes, so the file stays valid), a tensor with a wrong
- * dtype of the same element size, the 3-D scale layout, a bf16 global scale.
- * Header-only (static inline) so that each test binary takes what it uses.
+ * Rules: a layer (moe_layer_data, random or hand-made) is written under its
+ * contract.md [checkpoint.tensors] names with prefix model.llm.layers.{L}.mlp., next to an
+ * unrelated tensor, plus a config.json in the original spelling. Options plant one fault at a time:
+ * a tensor left out, a tensor with one extra leading dimension (same bytes, so the file stays
+ * valid), a tensor with a wrong dtype of the same element size, the 3-D scale layout, a bf16 global
+ * scale. Header-only (static inline) so that each test binary takes what it uses.
  */
 #ifndef INKLING_TEST_CHECKPOINT_FIXTURE_H
 #define INKLING_TEST_CHECKPOINT_FIXTURE_H
@@ -37,7 +37,8 @@ typedef struct {
     bool bad_original_shape; /* w13_weight.original_shape says D + 16 */
 } fixture_opts;
 
-/* Every tensor suffix of a layer in the routed format of cfg, in SPEC §3a order. */
+/* Every tensor suffix of a layer in the routed format of cfg, in contract.md [checkpoint.tensors]
+ * order. */
 static inline int fixture_suffixes(const moe_config *cfg, const char **out) {
     int n = 0;
     out[n++] = "gate.weight";

@@ -424,7 +424,7 @@ static void test_route_entry_is_the_reference(void **state) {
     moe_layer_data_free(&ld);
 }
 
-/* The fast MXFP4 decoder gives the bits of the portable one (the SPEC's definition), scale
+/* The fast MXFP4 decoder gives the bits of the portable one (the contract's definition), scale
  * bytes 0 (subnormal 2^-127) to 254 and every code included. */
 static void test_tile_decode_is_exact(void **state) {
     (void)state;

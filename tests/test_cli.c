@@ -1,5 +1,5 @@
 /*
- * test_cli.c: `inkling-moe run` as a user meets it (SPEC §5), through posix_spawn.
+ * test_cli.c: `inkling-moe run` as a user meets it (contract.md [cli.run]), through posix_spawn.
  *
  * Rules checked: a good run exits 0 and writes out/topk_ids/topk_weights (and logits with
  * --stages) with the right dtypes and shapes, matching the library called directly; every

@@ -1,7 +1,7 @@
 /*
  * test_numeric.c: the number formats and the generator of common/numeric.h.
  *
- * Rules checked (SPEC §3, numeric.h):
+ * Rules checked (contract.md [formats], numeric.h):
  *   - E2M1: every one of the 16 codes, derived from the format (1 sign, 2 exponent, 1 mantissa
  *     bit, bias 1, exponent 0 subnormal); 0x8 is -0;
  *   - E8M0: every byte b in 0..254 is exactly 2^(b-127) (checked against ldexp); 0x00 is the
@@ -39,7 +39,7 @@ static double e2m1_from_fields(unsigned code) {
 
 static void test_e2m1_every_code(void **state) {
     (void)state;
-    const double listed[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6}; /* SPEC §3 */
+    const double listed[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6}; /* contract.md [formats.mxfp4] */
     for (unsigned c = 0; c < 16; c++) {
         float v = moe_e2m1_to_f32((uint8_t)c);
         assert_true((double)v == e2m1_from_fields(c));

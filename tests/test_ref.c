@@ -1,7 +1,7 @@
 /*
  * test_ref.c: the reference backend on whole layers.
  *
- * Rules checked (SPEC §1, §2):
+ * Rules checked (contract.md [math], [precision]):
  *   - a hand-built layer (D = 32, I = 32, R = 2, K = 1, S = 1) whose logits, weights, g, u, h
  *     and y are derived here from the formulas, in long double, for MXFP4 and bf16 experts and
  *     in both contracts: exact (no rounding after the fp32 logits and weights, output fp32)
@@ -95,7 +95,7 @@ typedef struct {
     long double out[D];
 } hand_expect;
 
-/* Everything from the formulas; serving rounds where SPEC §2 says. */
+/* Everything from the formulas; serving rounds where contract.md [precision.serving] says. */
 static void derive(bool serving, hand_expect *e) {
     long double (*rb)(long double) = serving ? test_round_bf16 : NULL;
 #define RB(v) (rb ? rb(v) : (v))

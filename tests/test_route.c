@@ -1,5 +1,5 @@
 /*
- * test_route.c: selection and routing weights (SPEC §1 steps 2-3) of the reference,
+ * test_route.c: selection and routing weights (contract.md [routing]) of the reference,
  * through ref_route_token and through moe_layer_route.
  *
  * Rules checked:

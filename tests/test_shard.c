@@ -1,5 +1,6 @@
 /*
- * test_shard.c: configuration and split checks, and the slab each rank holds (SPEC §4).
+ * test_shard.c: configuration and split checks, and the slab each rank holds
+ * (contract.md [sharding]).
  *
  * Rules checked:
  *   - invalid configurations and splits are refused with a message naming the field;
@@ -10,7 +11,7 @@
  *   - pad_inter_to: added channels hold zero weights;
  *   - a NaN scale byte or a scale that overflows a weight is refused, naming tensor and index,
  *     and only the bytes of the rank's slab are checked.
- * Offsets are computed here from the SPEC's layouts, not through the library.
+ * Offsets are computed here from the contract's layouts, not through the library.
  */
 #include "test_support.h"
 

@@ -1,5 +1,6 @@
 /*
- * test_split.c: TP n and EP n give the unsplit layer (SPEC §4), through moe_forward_all_ranks.
+ * test_split.c: TP n and EP n give the unsplit layer (contract.md [sharding]), through
+ * moe_forward_all_ranks.
  *
  * Rules checked, for n in {1, 2, 3, 4, 8}, with and without pad_inter_to, MXFP4 and bf16
  * experts, both contracts:

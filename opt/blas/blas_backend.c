@@ -1,5 +1,6 @@
 /*
- * blas_backend.c: the OpenBLAS CPU path as a moe_backend, serving contract only (SPEC §2).
+ * blas_backend.c: the OpenBLAS CPU path as a moe_backend, serving contract only
+ * (contract.md [precision.serving]).
  *
  * Rules:
  *   - gate logits: one cblas_sgemm per fixed chunk of tokens on fp32 copies of x and the gate
@@ -13,7 +14,7 @@
  *     (NVFP4: the tile holds code * scale and the products are multiplied by scale2 in fp32);
  *     g and u are rounded to bf16, h = silu(g) * u is formed from them exactly as the
  *     reference forms it (in double) and rounded to bf16; GEMM2 accumulates in fp32 and y_k is kept apart from
- *     the routing weight, which multiplies after W2 (SPEC §1);
+ *     the routing weight, which multiplies after W2 (contract.md [math.experts]);
  *   - sinks: every token runs every sink through the same tile code, the gamma multiplying h
  *     before W2; the sink sum is added in fp32 in sink order;
  *   - output per token, in fp32 and a fixed order: slots k = 0..K-1 (w_k * y_k, slots whose
@@ -25,8 +26,8 @@
  *     bits, so it is held at 1 during a call and restored after), so the result is bitwise the
  *     same for any thread count; below BLAS_PARALLEL_TOKENS tokens the per-token loops run on
  *     one thread (a team barrier costs more than their work when the cores are shared);
- *   - non-finite input rows (SPEC §1): their fp32 copy is zeroed so no NaN enters a GEMM
- *     batch; afterwards they get NaN logits, weights, output, sink_h and sink_y, zero
+ *   - non-finite input rows (contract.md [nonfinite]): their fp32 copy is zeroed so no NaN enters a
+ *     GEMM batch; afterwards they get NaN logits, weights, output, sink_h and sink_y, zero
  *     routed_h and routed_y, and ids 0..K-1, as the reference writes them.
  */
 #include "blas_internal.h"
@@ -87,7 +88,8 @@ static bool blas_supports(const moe_config *cfg, const moe_split *split, const m
     (void)split;
     if (opt->precision != MOE_PRECISION_SERVING) {
         snprintf(why, why_len,
-                 "precision: the blas path implements the serving contract only (SPEC §2); "
+                 "precision: the blas path implements the serving contract only "
+                 "(contract.md [precision.serving]); "
                  "the exact contract runs on the reference");
         return false;
     }

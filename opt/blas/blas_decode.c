@@ -1,5 +1,5 @@
 /*
- * blas_decode.c: weight rows -> fp32 tiles for the OpenBLAS path (SPEC §3).
+ * blas_decode.c: weight rows -> fp32 tiles for the OpenBLAS path (contract.md [formats]).
  *
  * Rules:
  *   - MXFP4: W[r, c] = E2M1(code[r, c]) * 2^(scale[r, c/32] - 127); element 2k in the low
@@ -8,7 +8,7 @@
  *     moe_mxfp4_decode_row give identical bits; which one runs never changes a result;
  *   - NVFP4: W'[r, c] = E2M1(code[r, c]) * E4M3(scale[r, c/16]), exact in fp32 (portable
  *     decoder); the per-expert scale2 is not part of the tile: the caller multiplies the fp32
- *     dot products by it (SPEC §3, docs/tolerances.md: one more rounding);
+ *     dot products by it (contract.md [formats], docs/tolerances.md: one more rounding);
  *   - bf16: the upper half of an fp32, exact.
  */
 #include "blas_internal.h"

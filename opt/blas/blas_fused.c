@@ -1,6 +1,6 @@
 /*
  * blas_fused.c: fused decode-and-dot kernels for small groups of token rows against MXFP4
- * weight rows (SPEC §3): no decoded tile is written to memory.
+ * weight rows (contract.md [formats]): no decoded tile is written to memory.
  *
  * Rules:
  *   - activations are bf16 values (the input x, or h rounded to bf16), arranged once per row:

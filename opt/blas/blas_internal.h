@@ -2,8 +2,8 @@
  * blas_internal.h: the pieces of the OpenBLAS path that its files share.
  *
  * Rules:
- *   - weight tiles are decoded exactly to fp32 (MXFP4 and bf16 are exact in fp32, SPEC §3),
- *     so the decoder's speed never changes a result;
+ *   - weight tiles are decoded exactly to fp32 (MXFP4 and bf16 are exact in fp32,
+ *     contract.md [precision.decode]), so the decoder's speed never changes a result;
  *   - a weight matrix is described by the reference's ref_matrix view (MXFP4 codes + E8M0
  *     scales, or bf16), so both paths read the same storage the same way.
  */

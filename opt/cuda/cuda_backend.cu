@@ -1,5 +1,6 @@
 /*
- * cuda_backend.cu: the CUDA path as a moe_backend (serving contract only, SPEC §2).
+ * cuda_backend.cu: the CUDA path as a moe_backend (serving contract only,
+ * contract.md [precision.serving]).
  *
  * Rules:
  *   - create() uploads the shard once; the weights stay resident in their stored format

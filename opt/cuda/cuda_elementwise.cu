@@ -2,12 +2,12 @@
  * cuda_elementwise.cu: the small kernels between and after the GEMMs.
  *
  * Rules:
- *   - sink SwiGLU (SPEC §1 step 5, §2): g and u arrive as bf16 from the sink GEMM1; h =
- *     silu(g) * u * gamma_s in double (as the reference computes it), rounded once, through
- *     fp32, to bf16;
- *   - combine (SPEC §1 step 6, §2): per output element, in fp32 and in a fixed order, the
- *     routed slots k = 0..K-1 whose expert is local (w_k * y_k, fused multiply-add), then the
- *     sink sum; one rounding to bf16. No atomics: the result is bitwise reproducible;
+ *   - sink SwiGLU (contract.md [math.sinks], [precision]): g and u arrive as bf16 from the sink
+ *     GEMM1; h = silu(g) * u * gamma_s in double (as the reference computes it), rounded once,
+ *     through fp32, to bf16;
+ *   - combine (contract.md [math.output], [precision]): per output element, in fp32 and in a fixed
+ *     order, the routed slots k = 0..K-1 whose expert is local (w_k * y_k, fused multiply-add),
+ *     then the sink sum; one rounding to bf16. No atomics: the result is bitwise reproducible;
  *   - a token whose input row holds NaN/inf (bad) gets an output row of NaN;
  *   - stage rows follow moe_stages: routed rows of bad tokens or non-local slots hold 0, sink
  *     rows of bad tokens hold NaN.

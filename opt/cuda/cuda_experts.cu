@@ -1,6 +1,6 @@
 /*
- * cuda_experts.cu: the routed experts as two grouped GEMMs on tensor cores (SPEC §1 step 4,
- * serving contract §2).
+ * cuda_experts.cu: the routed experts as two grouped GEMMs on tensor cores
+ * (contract.md [math.experts], [precision.serving]).
  *
  * Rules:
  *   - a block computes one tile of MOE_CUDA_TILE_M grouped assignment rows by EXPERT_BN

@@ -1,7 +1,8 @@
 /*
  * cuda_experts_gemv.cu: the routed experts' two GEMMs as weight-streaming kernels, for calls
  * with few rows per expert (decode), where the MXFP4 weight bytes are the floor
- * (docs/perf-cuda.md). Same results contract as cuda_experts.cu (serving, SPEC §2).
+ * (docs/perf-cuda.md). Same results contract as cuda_experts.cu (serving,
+ * contract.md [precision.serving]).
  *
  * Rules:
  *   - a block takes one tile of at most MOE_CUDA_GEMV_M grouped assignment rows of one local

@@ -4,7 +4,7 @@
  * Rules:
  *   - every CUDA / cuBLASLt call is checked; a failure becomes MOE_ERR_DEVICE with a message
  *     naming the call (CUDA_TRY / LT_TRY / LAUNCH_CHECK);
- *   - kernels take raw device pointers with their shapes written beside them in the SPEC's
+ *   - kernels take raw device pointers with their shapes written beside them in the contract's
  *     letters; "a" is an assignment index t*K + k (token t, slot k);
  *   - nothing here synchronises the host: launchers only enqueue work on the given stream.
  */

@@ -1,5 +1,5 @@
 /*
- * cuda_route.cu: selection and weights on the device (SPEC §1 steps 2-3), one block a token.
+ * cuda_route.cu: selection and weights on the device (contract.md [routing]), one block a token.
  *
  * Rules (the same arithmetic as ref/ref_route.c, so that equal logits give equal ids):
  *   - sel[e] = (fp32)(1 / (1 + exp(-(double)l[e]))) + bias[e] in fp32, e < R;

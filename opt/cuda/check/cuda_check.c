@@ -38,8 +38,8 @@
 #include <string.h>
 #include <time.h>
 
-#define COPY_BW 4.2e12   /* bytes/s, device copy measured on an H200 (SPEC §7) */
-#define BF16_RATE 7.8e14 /* FLOP/s, dense bf16 measured on an H200 (SPEC §7) */
+#define COPY_BW 4.2e12   /* bytes/s, device copy measured on an H200 (contract.md [floors]) */
+#define BF16_RATE 7.8e14 /* FLOP/s, dense bf16 measured on an H200 (contract.md [floors]) */
 #define ROTATE 4
 
 static uint64_t splitmix(uint64_t *s) {
