@@ -209,3 +209,11 @@ int cli_parse(const char *command, cli_option *opts, int n, int argc, char **arg
     }
     return check_combination(command, opts, n);
 }
+
+static const char *program_path = "inkling-moe";
+
+void cli_set_program(const char *argv0) {
+    if (argv0 && argv0[0]) program_path = argv0;
+}
+
+const char *cli_program(void) { return program_path; }

@@ -62,4 +62,9 @@ const char *cli_escape(const char *msg, char *out, size_t cap);
 /* The option named name in opts [n], or NULL. */
 cli_option *cli_find(cli_option *opts, int n, const char *name);
 
+/* The running tool's own path as it was started (argv[0]), for the command lines the tool
+ * prints for a user to paste (a fuzz failure's rerun line); "inkling-moe" until set. */
+void cli_set_program(const char *argv0);
+const char *cli_program(void);
+
 #endif /* INKLING_CLI_ARGS_H */

@@ -498,7 +498,7 @@ static void record_failure(const fuzz_args *a, fuzz_totals *tt, const fuzz_case 
     printf("\nFAILURE on %s (suite %s, case %ld)\n  case: %s\n", r->path, suite, case_index, line);
     if (res->sampled[0]) printf("  reference checked %s\n", res->sampled);
     moe_cmp_report_print(stdout, &r->rep);
-    printf("  rerun: build/bin/inkling-moe fuzz --case '%s'%s%s%s%s%s\n", line, a->mutant ? " --mutant " : "",
+    printf("  rerun: %s fuzz --case '%s'%s%s%s%s%s\n", cli_program(), line, a->mutant ? " --mutant " : "",
            a->mutant ? a->mutant : "", a->paths ? " --paths '" : "", a->paths ? a->paths : "", a->paths ? "'" : "");
     if (tt->n_failures >= MAX_FAILURES) return;
     failure_record *fr = &tt->failures[tt->n_failures++];

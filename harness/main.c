@@ -25,6 +25,7 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     moe_out_guard_signals(); /* an interrupted write leaves no temporary behind */
+    cli_set_program(argv[0]);  /* rerun lines name this binary, wherever it was built */
     if (argc < 2) return cli_fail(NULL, "a command is needed (inkling-moe --help lists them)");
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);

@@ -274,6 +274,20 @@ static void test_diff(void **state) {
     assert_non_null(strstr(text_of(err_path), "unknown backend 'nope'"));
 }
 
+/* A fuzz failure's rerun line names the binary that ran, wherever it was built. */
+static void test_rerun_line_names_this_binary(void **state) {
+    (void)state;
+    need_tool();
+    char reports[800], regress[800], want[1200];
+    snprintf(reports, sizeof reports, "%s/rerun-reports", dir);
+    snprintf(regress, sizeof regress, "%s/rerun-regress", dir);
+    const char *args[] = {"--mutant", "halves", "--suite", "smoke", "--max-cases", "4", "--seed", "1", "--no-shrink",
+                          "--seconds", "20", "--report-dir", reports, "--regress-dir", regress, NULL};
+    assert_int_equal(run_command("fuzz", args), 1);
+    snprintf(want, sizeof want, "rerun: %s fuzz --case '", tool);
+    if (!strstr(text_of(out_text_path), want)) fail_msg("no line starting '%s' in the fuzz output", want);
+}
+
 static void test_usage_errors(void **state) {
     (void)state;
     need_tool();
@@ -397,6 +411,7 @@ int main(void) {
         cmocka_unit_test(test_tool_on_every_golden_case),
         cmocka_unit_test(test_diff),
         cmocka_unit_test(test_usage_errors),
+        cmocka_unit_test(test_rerun_line_names_this_binary),
         cmocka_unit_test(test_broken_files),
         cmocka_unit_test(test_broken_nvfp4),
     };
