@@ -45,6 +45,9 @@ static const char *const fixed_cases[] = {
     "D=32 I=32 R=3 K=3 S=0 T=3 fmt=bf16 bias=1 gscale=1 rs=4 split=ep2 pad=0 seed=5 feat=near,few",
     "D=64 I=64 R=4 K=2 S=1 T=4 fmt=nvfp4 bias=1 gscale=1 rs=8 split=tp2 pad=0 seed=6 feat=e8m0",
     "D=48 I=80 R=5 K=2 S=2 T=3 fmt=nvfp4 bias=0 gscale=1 rs=8 split=ep2 pad=0 seed=7 feat=codes",
+    /* found by CI's fuzz-external: a subnormal g lost its bits when silu(g) u was formed in float */
+    "D=64 I=1600 R=1 K=1 S=0 T=1 fmt=nvfp4 bias=0 gscale=0 rs=1 split=none pad=0 "
+    "seed=3380144733096139448 feat=e4m3",
 };
 
 static void test_example_passes(void **state) {

@@ -219,9 +219,10 @@ static void expert_h(const example_state *s, const float *w13, double f, int I, 
         }
         g *= f, u *= f;
         if (s->serving) {
-            float gf = round_bf16((float)g), uf = round_bf16((float)u);
-            float v = gf / (1.0f + expf(-gf)) * uf * (float)gamma;
-            h[j] = round_bf16(v);
+            /* g, u rounded to bf16; the product in double (in float a tiny g loses its bits
+             * in g / 2 before u scales it up), rounded once through fp32 to bf16 */
+            double gb = round_bf16((float)g), ub = round_bf16((float)u);
+            h[j] = round_bf16((float)(gb / (1.0 + exp(-gb)) * ub * gamma));
         } else {
             h[j] = g / (1.0 + exp(-g)) * u * gamma;
         }
