@@ -68,6 +68,7 @@ struct cuda_state {
     float *weights;     /* [T, K+S] */
     int32_t *bad;       /* [T] */
     int32_t *perm;      /* [E, T] */
+    int32_t *group_scratch; /* [moe_cuda_group_scratch(T, K, E)] */
     moe_cuda_tile *tiles;
     uint16_t *h;        /* [T*K, IL] */
     float *y;           /* [T*K, D] */
@@ -326,6 +327,7 @@ moe_status ensure_workspace(cuda_state *s, int T, moe_error *err) {
         t * (K + S) * 4,                                            /* weights */
         t * 4,                                                      /* bad */
         (size_t)s->E * t * 4,                                       /* perm */
+        moe_cuda_group_scratch(T, s->K, s->E) * 4,                  /* group_scratch */
         (size_t)moe_cuda_tile_bound(T, s->K, s->E, MOE_CUDA_GEMV_M) * sizeof(moe_cuda_tile), /* tiles */
         t * K * (size_t)s->IL * 2,                                  /* h */
         t * K * D * 4,                                              /* y */
@@ -347,6 +349,7 @@ moe_status ensure_workspace(cuda_state *s, int T, moe_error *err) {
     char *p = (char *)s->ws;
     void **slots[] = {(void **)&s->x,      (void **)&s->logits, (void **)&s->ids,
                       (void **)&s->weights, (void **)&s->bad,   (void **)&s->perm,
+                      (void **)&s->group_scratch,
                       (void **)&s->tiles,  (void **)&s->h,      (void **)&s->y,
                       (void **)&s->sink_gu, (void **)&s->sink_h, (void **)&s->sink_y,
                       (void **)&s->out};
@@ -492,7 +495,8 @@ moe_status forward_impl(cuda_state *s, int T, const uint16_t *x, float *out, moe
                       (s->variant == MOE_CUDA_EXPERTS_AUTO && s->experts.mxfp4 &&
                        T <= MOE_CUDA_GEMV_MAX_T);
     TRY(moe_cuda_group(st, T, K, s->E, s->expert_first, gemv ? MOE_CUDA_GEMV_M : MOE_CUDA_TILE_M,
-                       s->ids, s->bad, s->counts, s->perm, s->tiles, s->n_tiles, err));
+                       s->ids, s->bad, s->group_scratch, s->counts, s->perm, s->tiles,
+                       s->n_tiles, err));
     TRY(mark(s, timed, EV_GROUP, st, err));
     TRY((gemv ? moe_cuda_expert_gemv1 : moe_cuda_expert_gemm1)(
         st, &s->experts, T, K, s->x, s->counts, s->perm, s->tiles, s->n_tiles, s->h, err));

@@ -4,74 +4,239 @@
  * Rules:
  *   - assignment a = t*K + k (token t, slot k) belongs to local expert el when
  *     ids[a] == expert_first + el and token t is finite; other slots are not computed here;
- *   - each expert's group lists its assignments in ascending a, i.e. ordered by (token, slot),
- *     found by a block-wide prefix sum (no atomics), so the grouping is deterministic;
+ *   - each expert's group lists its assignments in ascending a, i.e. ordered by (token, slot);
+ *   - O(T*K) work as a counting sort: the assignments are cut into chunks of
+ *     MOE_CUDA_GROUP_CHUNK, one warp walks a chunk in index order and counts per expert
+ *     (chunk_counts [n_chunks, E]); a scan over the chunks gives each (chunk, expert) its first
+ *     position and each expert its count; the same walk again writes each assignment at its
+ *     expert's position plus its rank among the equal experts before it in the warp
+ *     (__match_any_sync). Every position follows from the index order alone: no atomics, so the
+ *     grouping is deterministic;
  *   - a token selects an expert at most once, so a group never holds more than T entries and
  *     perm reserves T entries per expert;
  *   - the tile table lists (expert, first row) for every tile_m rows of every group (the
  *     tile size of the expert kernel that reads it), experts in ascending order, from a prefix
- *     sum over the groups' tile counts.
+ *     sum over the groups' tile counts;
+ *   - at most GROUP_WARPS chunks (decode and small prefill) run as one block, one launch; more
+ *     run as three launches (count, scan + tiles, scatter) over as many blocks as chunks need.
  */
 #include "cuda_internal.h"
+#include "cuda_stages.h"
 
 #include <cub/block/block_scan.cuh>
 
-#define GROUP_THREADS 256
+#define GROUP_WARPS 8                 /* warps per block, one chunk each */
+#define GROUP_THREADS (GROUP_WARPS * 32)
+#define ALL_LANES 0xFFFFFFFFu
 
 namespace {
 
 typedef cub::BlockScan<int, GROUP_THREADS> block_scan;
 
-/* One block per local expert. ids [T, K], bad [T], counts [E], perm [E, T]. */
-__global__ void group_kernel(int T, int K, int expert_first, const int32_t *ids,
-                             const int32_t *bad, int32_t *counts, int32_t *perm) {
-    __shared__ typename block_scan::TempStorage scan_storage;
-    const int el = blockIdx.x, expert = expert_first + el;
-    const int n = T * K;
-    int32_t *group = perm + (size_t)el * T;
-    int base = 0;
-    for (int a0 = 0; a0 < n; a0 += GROUP_THREADS) {
-        const int a = a0 + (int)threadIdx.x;
-        const int mine = a < n && ids[a] == expert && !bad[a / K] ? 1 : 0;
-        int offset, total;
-        block_scan(scan_storage).ExclusiveSum(mine, offset, total);
-        if (mine) group[base + offset] = a;
-        base += total;
-        __syncthreads(); /* scan_storage is reused */
-    }
-    if (threadIdx.x == 0) counts[el] = base;
+/* Local expert of assignment a, or -1 when it is not grouped here (past the n assignments, a
+ * non-finite token, another rank's expert). ids [T, K], bad [T]. */
+__device__ int local_expert(int a, int n, int K, int E, int expert_first, const int32_t *ids,
+                            const int32_t *bad) {
+    if (a >= n) return -1;
+    const int el = ids[a] - expert_first;
+    if (el < 0 || el >= E || bad[a / K]) return -1;
+    return el;
 }
 
-/* One block. counts [E] -> tiles [*n_tiles] of tile_m rows, n_tiles [1]. */
-__global__ void tile_kernel(int E, int tile_m, const int32_t *counts, moe_cuda_tile *tiles,
-                            int32_t *n_tiles) {
-    __shared__ typename block_scan::TempStorage scan_storage;
+/* One warp walks chunk `chunk` of the n assignments in index order. Counting: row [E] (this
+ * chunk's row of chunk_counts) becomes the chunk's count per expert. Scattering: row holds the
+ * chunk's first position per expert (after the scan) and each assignment goes to
+ * perm [E, T] at its expert's next position. All 32 lanes call it. */
+template <bool scatter>
+__device__ void walk_chunk(int chunk, int n, int T, int K, int E, int expert_first,
+                           const int32_t *ids, const int32_t *bad, int32_t *chunk_counts,
+                           int32_t *perm) {
+    const int lane = (int)(threadIdx.x % 32);
+    const unsigned lanes_below = (1u << lane) - 1u;
+    const int a0 = chunk * MOE_CUDA_GROUP_CHUNK;
+    int32_t *row = chunk_counts + (size_t)chunk * E;
+    if (!scatter) {
+        for (int e = lane; e < E; e += 32) row[e] = 0;
+        __syncwarp();
+    }
+    for (int r0 = a0; r0 < a0 + MOE_CUDA_GROUP_CHUNK && r0 < n; r0 += 32) {
+        const int a = r0 + lane;
+        const int el = local_expert(a, n, K, E, expert_first, ids, bad);
+        const unsigned same = __match_any_sync(ALL_LANES, el); /* lanes with my expert */
+        const int before = __popc(same & lanes_below);
+        if (scatter && el >= 0) perm[(size_t)el * T + row[el] + before] = a;
+        __syncwarp(); /* every lane has read row before the first of each group moves it on */
+        if (el >= 0 && before == 0) row[el] += __popc(same);
+        __syncwarp();
+    }
+}
+
+/* chunk_counts [n_chunks, E] -> in place, each (chunk, expert)'s first position in the expert's
+ * group; counts [E]; tiles and n_tiles [1]. Called by every thread of one block. */
+__device__ void offsets_and_tiles(int n_chunks, int E, int tile_m, int32_t *chunk_counts,
+                                  int32_t *counts, moe_cuda_tile *tiles, int32_t *n_tiles,
+                                  typename block_scan::TempStorage &scan_storage) {
     int base = 0;
     for (int e0 = 0; e0 < E; e0 += GROUP_THREADS) {
         const int e = e0 + (int)threadIdx.x;
-        const int mine = e < E ? (counts[e] + tile_m - 1) / tile_m : 0;
-        int offset, total;
-        block_scan(scan_storage).ExclusiveSum(mine, offset, total);
+        int total = 0;
+        if (e < E) {
+            for (int c = 0; c < n_chunks; c++) {
+                int32_t *cell = chunk_counts + (size_t)c * E + e;
+                const int v = *cell;
+                *cell = total;
+                total += v;
+            }
+            counts[e] = total;
+        }
+        const int mine = e < E ? (total + tile_m - 1) / tile_m : 0;
+        int offset, sum;
+        block_scan(scan_storage).ExclusiveSum(mine, offset, sum);
         for (int i = 0; i < mine; i++) {
             moe_cuda_tile tile = {e, i * tile_m};
             tiles[base + offset + i] = tile;
         }
-        base += total;
-        __syncthreads();
+        base += sum;
+        __syncthreads(); /* scan_storage is reused */
     }
     if (threadIdx.x == 0) *n_tiles = base;
+}
+
+/* Everything in one block (n_chunks <= GROUP_WARPS): count, scan + tiles, scatter. */
+__global__ void group_one_block_kernel(int n, int T, int K, int E, int expert_first, int tile_m,
+                                       const int32_t *ids, const int32_t *bad,
+                                       int32_t *chunk_counts, int32_t *counts, int32_t *perm,
+                                       moe_cuda_tile *tiles, int32_t *n_tiles) {
+    __shared__ typename block_scan::TempStorage scan_storage;
+    const int warp = (int)(threadIdx.x / 32);
+    const int n_chunks = (n + MOE_CUDA_GROUP_CHUNK - 1) / MOE_CUDA_GROUP_CHUNK;
+    if (warp < n_chunks)
+        walk_chunk<false>(warp, n, T, K, E, expert_first, ids, bad, chunk_counts, perm);
+    __syncthreads(); /* the counts in global memory are visible to the whole block */
+    offsets_and_tiles(n_chunks, E, tile_m, chunk_counts, counts, tiles, n_tiles, scan_storage);
+    if (warp < n_chunks)
+        walk_chunk<true>(warp, n, T, K, E, expert_first, ids, bad, chunk_counts, perm);
+}
+
+/* Many chunks: one warp per chunk, GROUP_WARPS chunks a block. */
+template <bool scatter>
+__global__ void walk_kernel(int n, int T, int K, int E, int expert_first, const int32_t *ids,
+                            const int32_t *bad, int32_t *chunk_counts, int32_t *perm) {
+    const int chunk = (int)(blockIdx.x * GROUP_WARPS + threadIdx.x / 32);
+    if (chunk * MOE_CUDA_GROUP_CHUNK >= n) return; /* the whole warp */
+    walk_chunk<scatter>(chunk, n, T, K, E, expert_first, ids, bad, chunk_counts, perm);
+}
+
+/* One block: the scan over chunks and the tile table. */
+__global__ void offsets_kernel(int n_chunks, int E, int tile_m, int32_t *chunk_counts,
+                               int32_t *counts, moe_cuda_tile *tiles, int32_t *n_tiles) {
+    __shared__ typename block_scan::TempStorage scan_storage;
+    offsets_and_tiles(n_chunks, E, tile_m, chunk_counts, counts, tiles, n_tiles, scan_storage);
 }
 
 } // namespace
 
 moe_status moe_cuda_group(cudaStream_t stream, int T, int K, int E, int expert_first, int tile_m,
-                          const int32_t *ids, const int32_t *bad, int32_t *counts,
-                          int32_t *perm, moe_cuda_tile *tiles, int32_t *n_tiles,
+                          const int32_t *ids, const int32_t *bad, int32_t *chunk_counts,
+                          int32_t *counts, int32_t *perm, moe_cuda_tile *tiles, int32_t *n_tiles,
                           moe_error *err) {
     if (T == 0 || E == 0) return MOE_OK;
-    group_kernel<<<E, GROUP_THREADS, 0, stream>>>(T, K, expert_first, ids, bad, counts, perm);
-    LAUNCH_CHECK("group_kernel");
-    tile_kernel<<<1, GROUP_THREADS, 0, stream>>>(E, tile_m, counts, tiles, n_tiles);
-    LAUNCH_CHECK("tile_kernel");
+    const int n = T * K;
+    const int n_chunks = (n + MOE_CUDA_GROUP_CHUNK - 1) / MOE_CUDA_GROUP_CHUNK;
+    if (n_chunks <= GROUP_WARPS) {
+        group_one_block_kernel<<<1, GROUP_THREADS, 0, stream>>>(
+            n, T, K, E, expert_first, tile_m, ids, bad, chunk_counts, counts, perm, tiles, n_tiles);
+        LAUNCH_CHECK("group_one_block_kernel");
+        return MOE_OK;
+    }
+    const int blocks = (n_chunks + GROUP_WARPS - 1) / GROUP_WARPS;
+    walk_kernel<false><<<blocks, GROUP_THREADS, 0, stream>>>(n, T, K, E, expert_first, ids, bad,
+                                                             chunk_counts, perm);
+    LAUNCH_CHECK("walk_kernel (count)");
+    offsets_kernel<<<1, GROUP_THREADS, 0, stream>>>(n_chunks, E, tile_m, chunk_counts, counts,
+                                                    tiles, n_tiles);
+    LAUNCH_CHECK("offsets_kernel");
+    walk_kernel<true><<<blocks, GROUP_THREADS, 0, stream>>>(n, T, K, E, expert_first, ids, bad,
+                                                            chunk_counts, perm);
+    LAUNCH_CHECK("walk_kernel (scatter)");
     return MOE_OK;
+}
+
+/* ---------------------------------------------------------------- host entry (cuda_stages.h) */
+
+namespace {
+
+struct group_buffers {
+    int32_t *ids, *bad, *scratch, *counts, *perm, *n_tiles;
+    moe_cuda_tile *tiles;
+};
+
+void free_group_buffers(group_buffers *b) {
+    cudaFree(b->ids);
+    cudaFree(b->bad);
+    cudaFree(b->scratch);
+    cudaFree(b->counts);
+    cudaFree(b->perm);
+    cudaFree(b->n_tiles);
+    cudaFree(b->tiles);
+}
+
+moe_status group_on_stream(cudaStream_t st, group_buffers *b, int T, int K, int E,
+                           int expert_first, int tile_m, const int32_t *ids, const int32_t *bad,
+                           int32_t *counts, int32_t *perm, int32_t *tiles, int32_t *n_tiles,
+                           moe_error *err) {
+    const size_t n = (size_t)T * K, bound = (size_t)moe_cuda_tile_bound(T, K, E, tile_m);
+    const size_t perm_n = (size_t)E * T, scratch_n = moe_cuda_group_scratch(T, K, E);
+    /* +1: a zero-sized cudaMalloc hands back NULL, which the kernels never see anyway */
+    CUDA_TRY(cudaMalloc((void **)&b->ids, (n + 1) * 4));
+    CUDA_TRY(cudaMalloc((void **)&b->bad, ((size_t)T + 1) * 4));
+    CUDA_TRY(cudaMalloc((void **)&b->scratch, (scratch_n + 1) * 4));
+    CUDA_TRY(cudaMalloc((void **)&b->counts, ((size_t)E + 1) * 4));
+    CUDA_TRY(cudaMalloc((void **)&b->perm, (perm_n + 1) * 4));
+    CUDA_TRY(cudaMalloc((void **)&b->n_tiles, 4));
+    CUDA_TRY(cudaMalloc((void **)&b->tiles, bound * sizeof(moe_cuda_tile)));
+    /* poison: what the grouping leaves unwritten reads back as -1 */
+    CUDA_TRY(cudaMemsetAsync(b->scratch, 0xFF, (scratch_n + 1) * 4, st));
+    CUDA_TRY(cudaMemsetAsync(b->counts, 0xFF, ((size_t)E + 1) * 4, st));
+    CUDA_TRY(cudaMemsetAsync(b->perm, 0xFF, (perm_n + 1) * 4, st));
+    CUDA_TRY(cudaMemsetAsync(b->n_tiles, 0xFF, 4, st));
+    CUDA_TRY(cudaMemsetAsync(b->tiles, 0xFF, bound * sizeof(moe_cuda_tile), st));
+    if (n) CUDA_TRY(cudaMemcpyAsync(b->ids, ids, n * 4, cudaMemcpyHostToDevice, st));
+    if (T) CUDA_TRY(cudaMemcpyAsync(b->bad, bad, (size_t)T * 4, cudaMemcpyHostToDevice, st));
+    moe_status s = moe_cuda_group(st, T, K, E, expert_first, tile_m, b->ids, b->bad, b->scratch,
+                                  b->counts, b->perm, b->tiles, b->n_tiles, err);
+    if (s) return s;
+    CUDA_TRY(cudaMemcpyAsync(counts, b->counts, (size_t)E * 4, cudaMemcpyDeviceToHost, st));
+    CUDA_TRY(cudaMemcpyAsync(perm, b->perm, perm_n * 4, cudaMemcpyDeviceToHost, st));
+    CUDA_TRY(cudaMemcpyAsync(tiles, b->tiles, bound * sizeof(moe_cuda_tile),
+                             cudaMemcpyDeviceToHost, st));
+    CUDA_TRY(cudaMemcpyAsync(n_tiles, b->n_tiles, 4, cudaMemcpyDeviceToHost, st));
+    CUDA_TRY(cudaStreamSynchronize(st));
+    return MOE_OK;
+}
+
+} // namespace
+
+extern "C" int moe_cuda_group_tile_bound(int T, int K, int E, int tile_m) {
+    return moe_cuda_tile_bound(T, K, E, tile_m);
+}
+
+extern "C" moe_status moe_cuda_group_run(int device, int T, int K, int E, int expert_first,
+                                         int tile_m, const int32_t *ids, const int32_t *bad,
+                                         int32_t *counts, int32_t *perm, int32_t *tiles,
+                                         int32_t *n_tiles, moe_error *err) {
+    if (T < 0 || K < 1 || E < 0 || tile_m < 1 || (T > 0 && (!ids || !bad)) || !counts || !perm ||
+        !tiles || !n_tiles)
+        return moe_fail(err, MOE_ERR_ARG, "cuda group: bad arguments (T %d, K %d, E %d, tile %d)",
+                        T, K, E, tile_m);
+    CUDA_TRY(cudaSetDevice(device));
+    cudaStream_t st = NULL;
+    CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    group_buffers b = {};
+    moe_status s = group_on_stream(st, &b, T, K, E, expert_first, tile_m, ids, bad, counts, perm,
+                                   tiles, n_tiles, err);
+    cudaStreamSynchronize(st); /* after a failure too, before the buffers go */
+    free_group_buffers(&b);
+    cudaStreamDestroy(st);
+    return s;
 }

@@ -83,13 +83,23 @@ moe_status moe_cuda_route(cudaStream_t stream, int T, int D, int R, int K, int S
 
 /* ---------------------------------------------------------------- grouping (cuda_group.cu) */
 
-/* Assignments grouped by local expert, ordered by (token, slot) inside each group:
- * ids [T, K], bad [T] -> counts [E], perm [E, T] (assignment indices), tiles
- * [moe_cuda_tile_bound(T, K, E, tile_m)] of tile_m rows each, n_tiles [1]. Expert el holds
- * global id expert_first + el. */
+/* Assignments per chunk of the grouping (one warp walks a chunk in index order). */
+#define MOE_CUDA_GROUP_CHUNK 256
+
+/* int32 scratch the grouping needs for T*K assignments over E local experts: one count per
+ * (chunk, expert). */
+static inline size_t moe_cuda_group_scratch(int T, int K, int E) {
+    size_t chunks = ((size_t)T * K + MOE_CUDA_GROUP_CHUNK - 1) / MOE_CUDA_GROUP_CHUNK;
+    return chunks * (size_t)E;
+}
+
+/* Assignments grouped by local expert, ordered by (token, slot) inside each group, in O(T*K):
+ * ids [T, K], bad [T], chunk_counts [moe_cuda_group_scratch(T, K, E)] (scratch) -> counts [E],
+ * perm [E, T] (assignment indices), tiles [moe_cuda_tile_bound(T, K, E, tile_m)] of tile_m rows
+ * each, n_tiles [1]. Expert el holds global id expert_first + el. */
 moe_status moe_cuda_group(cudaStream_t stream, int T, int K, int E, int expert_first, int tile_m,
-                          const int32_t *ids, const int32_t *bad, int32_t *counts,
-                          int32_t *perm, moe_cuda_tile *tiles, int32_t *n_tiles,
+                          const int32_t *ids, const int32_t *bad, int32_t *chunk_counts,
+                          int32_t *counts, int32_t *perm, moe_cuda_tile *tiles, int32_t *n_tiles,
                           moe_error *err);
 
 /* ---------------------------------------------------------------- routed experts (cuda_experts.cu) */

@@ -1,0 +1,34 @@
+/*
+ * cuda_stages.h: single stages of the CUDA path run on host arrays, for the unit tests and the
+ * kernel lab. Exists only in builds made with nvcc (MOE_HAVE_CUDA); plain C.
+ *
+ * Rules: each entry creates its own non-blocking stream and device buffers, runs the stage's
+ * launcher exactly as the layer does, copies the results back and waits; device buffers are
+ * poisoned with 0xFF first, so an element the stage leaves unwritten reads back as -1 (int32).
+ */
+#ifndef INKLING_CUDA_STAGES_H
+#define INKLING_CUDA_STAGES_H
+
+#include "../../common/moe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Entries of the tile table that moe_cuda_group_run may write (pairs of int32). */
+int moe_cuda_group_tile_bound(int T, int K, int E, int tile_m);
+
+/* The grouping (cuda_group.cu) on device `device`: ids [T, K], bad [T] (non-zero: token left
+ * out) -> counts [E], perm [E, T] (expert el's assignments t*K+k in ascending order in
+ * perm[el*T ..], the rest -1), tiles [moe_cuda_group_tile_bound(..)][2] (local expert, first
+ * row; n_tiles of them, the rest -1), n_tiles [1]. Local expert el holds global id
+ * expert_first + el. With T = 0 (or E = 0) nothing runs: every output stays -1. */
+moe_status moe_cuda_group_run(int device, int T, int K, int E, int expert_first, int tile_m,
+                              const int32_t *ids, const int32_t *bad, int32_t *counts,
+                              int32_t *perm, int32_t *tiles, int32_t *n_tiles, moe_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* INKLING_CUDA_STAGES_H */
