@@ -112,6 +112,7 @@ moe_status moe_layer_route(moe_layer *l, int T, const float *logits, int32_t *id
 
 const moe_shard *moe_layer_shard(const moe_layer *l) { return l ? l->shard : NULL; }
 const moe_backend *moe_layer_backend(const moe_layer *l) { return l ? l->backend : NULL; }
+void *moe_layer_backend_state(const moe_layer *l) { return l ? l->state : NULL; }
 
 void moe_layer_destroy(moe_layer *l) {
     if (!l) return;

@@ -307,6 +307,9 @@ moe_status moe_layer_route(moe_layer *layer, int T, const float *logits, int32_t
                            float *weights, moe_error *err);
 const moe_shard *moe_layer_shard(const moe_layer *layer);
 const moe_backend *moe_layer_backend(const moe_layer *layer);
+/* The state the backend's create() made, for a backend's entries beyond its table (the CUDA
+ * path's device-pointer forward, opt/cuda/cuda_layer.h); NULL for a NULL layer. */
+void *moe_layer_backend_state(const moe_layer *layer);
 void moe_layer_destroy(moe_layer *layer);
 
 /* Runs every rank of a split kind (TP n or EP n, pad_inter_to as in moe_split; NONE with n=1

@@ -11,7 +11,9 @@
  *     S = 0..3, K up to R, TP and EP splits with expert padding, pad_inter_to, T = 0, 1, 33 and
  *     rows holding NaN or inf;
  *   - expected values of the routing entry come from the reference selector on the same
- *     logits, including planted exact ties.
+ *     logits, including planted exact ties;
+ *   - the device-pointer entry (opt/cuda/cuda_layer.h) must give what moe_layer_forward gives,
+ *     bit for bit, on the caller's stream and without one, with x and out aligned or not.
  */
 #include "test_support.h"
 
@@ -25,6 +27,8 @@
 #include <stdlib.h>
 
 #ifdef MOE_HAVE_CUDA
+#include "../opt/cuda/cuda_layer.h"
+
 #include <cuda_runtime_api.h>
 #endif
 
@@ -387,10 +391,173 @@ static void test_fresh_layers_race_free(void **state) {
     moe_layer_data_free(&ld);
     assert_int_equal(wrong, 0);
 }
+/* Random weights of c (seed) and their unsplit shard. */
+static void unsplit_shard(const moe_config *c, uint64_t seed, moe_layer_data *ld, moe_shard *sh) {
+    moe_error err;
+    moe_split none = {MOE_SPLIT_NONE, 1, 0, 0};
+    assert_int_equal(moe_layer_data_random(c, seed, ld, &err), MOE_OK);
+    assert_int_equal(moe_shard_build(c, &ld->w, &none, sh, &err), MOE_OK);
+}
+
+/* The device entry refuses what is not a CUDA layer (no GPU needed: the reference makes one). */
+static void test_device_entry_refuses_other_layers(void **state) {
+    (void)state;
+    moe_error err;
+    moe_error_clear(&err);
+    uint16_t x[64];
+    float out[64];
+    assert_int_equal(moe_cuda_forward_device(NULL, 1, x, out, NULL, &err), MOE_ERR_ARG);
+    moe_config c = {64, 32, 8, 2, 1, 8.0f, false, false, MOE_ROUTED_MXFP4};
+    moe_layer_data ld;
+    moe_shard sh;
+    unsplit_shard(&c, 2, &ld, &sh);
+    moe_options o = serving();
+    moe_layer *layer = NULL;
+    assert_int_equal(moe_layer_create(&moe_backend_ref, &sh, &o, &layer, &err), MOE_OK);
+    assert_int_equal(moe_cuda_forward_device(layer, 1, x, out, NULL, &err), MOE_ERR_ARG);
+    assert_msg_has(err, "ref");
+    moe_layer_destroy(layer);
+    moe_shard_free(&sh);
+    moe_layer_data_free(&ld);
+}
+
+/* x [T, D] through the device entry with the device buffers offset by x_off and out_off
+ * elements (misaligned when non-zero), on a stream of the caller's or none; the copies in and
+ * out are queued on that stream around the call, so its ordering is what makes them right. */
+static void device_forward(moe_layer *layer, int T, int D, const uint16_t *x, float *out,
+                           int x_off, int out_off, bool with_stream) {
+    const size_t nx = (size_t)T * D;
+    uint16_t *x_dev = NULL, *x_pinned = NULL;
+    float *out_dev = NULL, *out_pinned = NULL;
+    cudaStream_t caller = NULL;
+    moe_error err;
+    moe_error_clear(&err);
+    assert_int_equal(cudaMalloc((void **)&x_dev, (nx + 8) * 2), cudaSuccess);
+    assert_int_equal(cudaMalloc((void **)&out_dev, (nx + 8) * 4), cudaSuccess);
+    assert_int_equal(cudaMallocHost((void **)&x_pinned, nx * 2 + 2), cudaSuccess);
+    assert_int_equal(cudaMallocHost((void **)&out_pinned, nx * 4 + 4), cudaSuccess);
+    memcpy(x_pinned, x, nx * 2);
+    if (with_stream) {
+        assert_int_equal(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking), cudaSuccess);
+        assert_int_equal(cudaMemsetAsync(out_dev, 0xFF, (nx + 8) * 4, caller), cudaSuccess);
+        assert_int_equal(cudaMemcpyAsync(x_dev + x_off, x_pinned, nx * 2, cudaMemcpyHostToDevice,
+                                         caller), cudaSuccess);
+    } else {
+        assert_int_equal(cudaMemset(out_dev, 0xFF, (nx + 8) * 4), cudaSuccess);
+        assert_int_equal(cudaMemcpy(x_dev + x_off, x_pinned, nx * 2, cudaMemcpyHostToDevice),
+                         cudaSuccess);
+        assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    }
+    moe_status st = moe_cuda_forward_device(layer, T, x_dev + x_off, out_dev + out_off, caller, &err);
+    if (st) fail_msg("device entry, T %d: %s", T, err.msg);
+    if (with_stream) {
+        assert_int_equal(cudaMemcpyAsync(out_pinned, out_dev + out_off, nx * 4,
+                                         cudaMemcpyDeviceToHost, caller), cudaSuccess);
+        assert_int_equal(cudaStreamSynchronize(caller), cudaSuccess);
+        assert_int_equal(cudaStreamDestroy(caller), cudaSuccess);
+    } else {
+        assert_int_equal(cudaMemcpy(out_pinned, out_dev + out_off, nx * 4, cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+    }
+    memcpy(out, out_pinned, nx * 4);
+    cudaFree(x_dev);
+    cudaFree(out_dev);
+    cudaFreeHost(x_pinned);
+    cudaFreeHost(out_pinned);
+}
+
+/* Every routed format, T growing within the device entry (its workspace is allocated there),
+ * non-finite rows: the device entry's output equals the host entry's bit for bit, on a stream
+ * and without, aligned and not. */
+static void test_device_entry_matches_host_entry(void **state) {
+    (void)state;
+    skip_without_gpu();
+    static const moe_routed_format formats[3] = {MOE_ROUTED_MXFP4, MOE_ROUTED_BF16, MOE_ROUTED_NVFP4};
+    static const int Ts[] = {1, 8, 33, 200};
+    for (int f = 0; f < 3; f++) {
+        moe_config c = {96, 64, 24, 4, 2, 8.0f, true, true, formats[f]};
+        const int D = c.D;
+        moe_layer_data ld;
+        moe_shard sh;
+        moe_error err;
+        unsplit_shard(&c, 60 + f, &ld, &sh);
+        moe_options o = serving();
+        moe_layer *host = NULL, *dev = NULL;
+        assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &host, &err), MOE_OK);
+        assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &dev, &err), MOE_OK);
+        uint16_t *x = malloc(sizeof(uint16_t) * 200 * 96);
+        float *want = malloc(sizeof(float) * 200 * 96), *got = malloc(sizeof(float) * 200 * 96);
+        assert_true(x && want && got);
+        for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+            const int T = Ts[i];
+            const size_t bytes = sizeof(float) * (size_t)T * D;
+            moe_random_input(T, D, 70 + i, x);
+            plant_nonfinite(T, D, x);
+            assert_int_equal(moe_layer_forward(host, T, x, want, NULL, &err), MOE_OK);
+            for (int variant = 0; variant < 4; variant++) {
+                const int off = variant & 1; /* x 2 bytes, out 4 bytes off alignment */
+                device_forward(dev, T, D, x, got, off, off, variant < 2);
+                if (memcmp(want, got, bytes) != 0)
+                    fail_msg("format %d T %d %s stream, %s: device entry differs from the host "
+                             "entry", f, T, variant < 2 ? "caller" : "no",
+                             off ? "misaligned" : "aligned");
+            }
+            assert_int_equal(moe_layer_forward(dev, T, x, got, NULL, &err), MOE_OK);
+            assert_memory_equal(want, got, bytes); /* and the host entry after it */
+        }
+        free(x);
+        free(want);
+        free(got);
+        moe_layer_destroy(host);
+        moe_layer_destroy(dev);
+        moe_shard_free(&sh);
+        moe_layer_data_free(&ld);
+    }
+}
+
+/* Host memory, another device's memory and a strict layer are refused with the reason. */
+static void test_device_entry_refuses_host_memory_and_strict(void **state) {
+    (void)state;
+    skip_without_gpu();
+    moe_config c = {64, 32, 8, 2, 1, 8.0f, false, false, MOE_ROUTED_MXFP4};
+    moe_layer_data ld;
+    moe_shard sh;
+    moe_error err;
+    unsplit_shard(&c, 4, &ld, &sh);
+    moe_options o = serving();
+    moe_layer *layer = NULL;
+    assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &layer, &err), MOE_OK);
+    uint16_t x[64];
+    float out[64];
+    assert_int_equal(moe_cuda_forward_device(layer, 1, x, out, NULL, &err), MOE_ERR_ARG);
+    assert_msg_has(err, "device");
+    assert_int_equal(moe_cuda_forward_device(layer, -1, x, out, NULL, &err), MOE_ERR_ARG);
+    assert_int_equal(moe_cuda_forward_device(layer, 0, NULL, NULL, NULL, &err), MOE_OK);
+    moe_layer_destroy(layer);
+    o.strict_nonfinite = true;
+    assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &layer, &err), MOE_OK);
+    assert_int_equal(moe_cuda_forward_device(layer, 1, x, out, NULL, &err), MOE_ERR_UNSUPPORTED);
+    assert_msg_has(err, "strict");
+    moe_layer_destroy(layer);
+    moe_shard_free(&sh);
+    moe_layer_data_free(&ld);
+}
 #else
 static void test_fresh_layers_race_free(void **state) {
     (void)state;
     skip(); /* built without CUDA: no GPU path at all */
+}
+static void test_device_entry_refuses_other_layers(void **state) {
+    (void)state;
+    skip(); /* the device entry exists only in builds with CUDA */
+}
+static void test_device_entry_matches_host_entry(void **state) {
+    (void)state;
+    skip();
+}
+static void test_device_entry_refuses_host_memory_and_strict(void **state) {
+    (void)state;
+    skip();
 }
 #endif
 
@@ -405,6 +572,9 @@ int main(void) {
         cmocka_unit_test(test_nvfp4_layers_match_reference),
         cmocka_unit_test(test_random_configs_match_reference),
         cmocka_unit_test(test_fresh_layers_race_free),
+        cmocka_unit_test(test_device_entry_refuses_other_layers),
+        cmocka_unit_test(test_device_entry_matches_host_entry),
+        cmocka_unit_test(test_device_entry_refuses_host_memory_and_strict),
     };
     return cmocka_run_group_tests_name("cuda", tests, NULL, NULL);
 }

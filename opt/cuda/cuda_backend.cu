@@ -12,6 +12,12 @@
  *     a new workspace is filled with 0xFF bytes (NaN), so reading an unwritten element shows;
  *   - the host waits only at the end of forward(), for the copies back (stage copies and the
  *     output are queued on the routed stream; pageable copies complete before returning);
+ *   - x and out cross the bus through pinned staging buffers (grown with T like the workspace,
+ *     freed in destroy), in at most STAGING_CHUNKS pieces, so the host's copy of one piece into
+ *     or out of the staging overlaps the DMA of the next;
+ *   - moe_cuda_forward_device (cuda_layer.h) runs the same chain on x and out already on the
+ *     device: no staging, no upload or download, ordered after and before the caller's stream
+ *     by events (or waited for when the caller gives no stream);
  *   - every device operation of a layer is queued on one of its two streams, never on the legacy
  *     default stream: the streams are non-blocking, so they do not wait for work queued there.
  *     (The weight uploads and the workspace poison once went through cudaMemcpy / cudaMemset on
@@ -28,6 +34,7 @@
  *   - every CUDA / cuBLASLt failure is MOE_ERR_DEVICE naming the call.
  */
 #include "cuda_internal.h"
+#include "cuda_layer.h"
 #include "cuda_profile.h"
 
 #include <stdio.h>
@@ -36,6 +43,9 @@
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define L2_FLUSH_BYTES ((size_t)256 << 20)
+#define STAGING_CHUNKS 8                   /* pieces of an x upload or out download at most */
+#define STAGING_MIN_CHUNK ((size_t)1 << 20) /* smaller pieces cost more in calls than they save */
+#define LT_ALIGN 256 /* cuBLASLt picks its algorithm for operands aligned this far (its default) */
 
 namespace {
 
@@ -49,6 +59,8 @@ struct cuda_state {
     moe_cuda_variant variant; /* which expert GEMM kernels (cuda_internal.h) */
     cudaStream_t routed, sinks;
     cudaEvent_t x_ready, route_ready, sinks_done;
+    cudaEvent_t caller_ready, layer_done;     /* the device entry's joins with the caller's stream */
+    cudaEvent_t out_landed[STAGING_CHUNKS];   /* each piece of out in the staging */
     cudaEvent_t timing[EV_COUNT];
     cublasLtHandle_t lt;
     void *lt_ws_routed, *lt_ws_sinks;
@@ -81,6 +93,12 @@ struct cuda_state {
     float *stage;       /* stage conversions, stage_cap floats */
     size_t stage_cap;
     void *flush;        /* L2_FLUSH_BYTES, allocated on first use */
+    bool strict_nonfinite; /* the layer refuses NaN/inf rows: checked on host x only */
+    /* pinned staging for staging_T tokens (one allocation) */
+    int staging_T;
+    void *staging;
+    uint16_t *x_host;   /* [T, D] */
+    float *out_host;    /* [T, D] */
 };
 
 bool device_is_sm90(int device) {
@@ -154,6 +172,7 @@ void cuda_destroy(void *p) {
     if (s->routed) cudaStreamSynchronize(s->routed);
     if (s->sinks) cudaStreamSynchronize(s->sinks);
     free_workspace(s);
+    cudaFreeHost(s->staging);
     cudaFree(s->stage);
     cudaFree(s->flush);
     cudaFree(s->gate_w);
@@ -177,6 +196,10 @@ void cuda_destroy(void *p) {
     if (s->x_ready) cudaEventDestroy(s->x_ready);
     if (s->route_ready) cudaEventDestroy(s->route_ready);
     if (s->sinks_done) cudaEventDestroy(s->sinks_done);
+    if (s->caller_ready) cudaEventDestroy(s->caller_ready);
+    if (s->layer_done) cudaEventDestroy(s->layer_done);
+    for (int i = 0; i < STAGING_CHUNKS; i++)
+        if (s->out_landed[i]) cudaEventDestroy(s->out_landed[i]);
     for (int i = 0; i < EV_COUNT; i++)
         if (s->timing[i]) cudaEventDestroy(s->timing[i]);
     if (s->routed) cudaStreamDestroy(s->routed);
@@ -261,6 +284,7 @@ moe_status create_variant(moe_cuda_variant variant, const moe_shard *sh, const m
     s->IL = sh->I_local, s->SIL = sh->sink_I_local;
     s->E = sh->n_local_experts, s->expert_first = sh->expert_first;
     s->variant = variant;
+    s->strict_nonfinite = opt->strict_nonfinite;
     moe_status st = MOE_OK;
 #define CREATE_TRY(call)                                                                          \
     do {                                                                                          \
@@ -277,6 +301,10 @@ moe_status create_variant(moe_cuda_variant variant, const moe_shard *sh, const m
     CREATE_TRY(cudaEventCreateWithFlags(&s->x_ready, cudaEventDisableTiming));
     CREATE_TRY(cudaEventCreateWithFlags(&s->route_ready, cudaEventDisableTiming));
     CREATE_TRY(cudaEventCreateWithFlags(&s->sinks_done, cudaEventDisableTiming));
+    CREATE_TRY(cudaEventCreateWithFlags(&s->caller_ready, cudaEventDisableTiming));
+    CREATE_TRY(cudaEventCreateWithFlags(&s->layer_done, cudaEventDisableTiming));
+    for (int i = 0; i < STAGING_CHUNKS; i++)
+        CREATE_TRY(cudaEventCreateWithFlags(&s->out_landed[i], cudaEventDisableTiming));
     for (int i = 0; i < EV_COUNT; i++) CREATE_TRY(cudaEventCreate(&s->timing[i]));
     CREATE_TRY(cudaMalloc(&s->lt_ws_routed, LT_WORKSPACE_BYTES));
     CREATE_TRY(cudaMalloc(&s->lt_ws_sinks, LT_WORKSPACE_BYTES));
@@ -384,8 +412,8 @@ moe_status mark(cuda_state *s, bool timed, int i, cudaStream_t stream, moe_error
         if (try_st) return try_st;                                                                \
     } while (0)
 
-/* The sink chain on the sinks stream. */
-moe_status run_sinks(cuda_state *s, int T, bool timed, moe_error *err) {
+/* The sink chain on the sinks stream; x [T, D] on the device. */
+moe_status run_sinks(cuda_state *s, int T, const uint16_t *x, bool timed, moe_error *err) {
     const int S = s->S, SIL = s->SIL, D = s->D;
     cudaStream_t st = s->sinks;
     CUDA_TRY(cudaStreamWaitEvent(st, s->x_ready, 0));
@@ -401,7 +429,7 @@ moe_status run_sinks(cuda_state *s, int T, bool timed, moe_error *err) {
     }
     TRY(moe_cuda_lt_plan_for(s->lt, &s->sink1_plan, S * 2 * SIL, D, T, CUDA_R_16BF,
                              LT_WORKSPACE_BYTES, err));
-    TRY(moe_cuda_lt_run(s->lt, &s->sink1_plan, s->sink_w13, s->x, s->sink_gu, s->lt_ws_sinks,
+    TRY(moe_cuda_lt_run(s->lt, &s->sink1_plan, s->sink_w13, x, s->sink_gu, s->lt_ws_sinks,
                         LT_WORKSPACE_BYTES, st, err));
     TRY(mark(s, timed, EV_SINK_GEMM1, st, err));
     CUDA_TRY(cudaStreamWaitEvent(st, s->route_ready, 0)); /* the gammas */
@@ -462,33 +490,91 @@ moe_status copy_stages(cuda_state *s, int T, moe_stages *stg, moe_error *err) {
     return MOE_OK;
 }
 
-moe_status forward_impl(cuda_state *s, int T, const uint16_t *x, float *out, moe_stages *stg,
-                        moe_cuda_stage_times *times, moe_error *err) {
-    const bool timed = times != NULL;
-    if (T == 0) {
-        if (stg) TRY(copy_stages(s, 0, stg, err));
-        return MOE_OK;
+/* Pinned host buffers for x and out of T tokens (one allocation), made again only when T
+ * exceeds the largest T staged so far. */
+moe_status ensure_staging(cuda_state *s, int T, moe_error *err) {
+    if (T <= s->staging_T) return MOE_OK;
+    CUDA_TRY(cudaStreamSynchronize(s->routed)); /* no copy still reads the old buffers */
+    cudaFreeHost(s->staging);
+    s->staging = NULL;
+    s->staging_T = 0;
+    const size_t x_bytes = align_up((size_t)T * s->D * 2), out_bytes = (size_t)T * s->D * 4;
+    cudaError_t e = cudaHostAlloc(&s->staging, x_bytes + out_bytes, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        s->staging = NULL;
+        return moe_fail(err, MOE_ERR_DEVICE, "cuda: cudaHostAlloc of the staging for T = %d "
+                        "(%zu bytes) failed: %s", T, x_bytes + out_bytes, cudaGetErrorString(e));
     }
-    CUDA_TRY(cudaSetDevice(s->device));
-    TRY(ensure_workspace(s, T, err));
+    s->x_host = (uint16_t *)s->staging;
+    s->out_host = (float *)((char *)s->staging + x_bytes);
+    s->staging_T = T;
+    return MOE_OK;
+}
+
+/* Bytes per piece of a staged copy of `bytes`: at most STAGING_CHUNKS pieces, none below
+ * STAGING_MIN_CHUNK, a multiple of 256 (each DMA starts aligned). */
+size_t staging_chunk(size_t bytes) {
+    size_t chunk = (bytes + STAGING_CHUNKS - 1) / STAGING_CHUNKS;
+    chunk = chunk < STAGING_MIN_CHUNK ? STAGING_MIN_CHUNK : chunk;
+    return align_up(chunk);
+}
+
+/* x [T, D] host -> s->x through the staging: the host copies piece i + 1 while piece i is on
+ * its way. */
+moe_status upload_x(cuda_state *s, int T, const uint16_t *x, moe_error *err) {
+    const size_t bytes = (size_t)T * s->D * 2, chunk = staging_chunk(bytes);
+    for (size_t o = 0; o < bytes; o += chunk) {
+        const size_t n = bytes - o < chunk ? bytes - o : chunk;
+        memcpy((char *)s->x_host + o, (const char *)x + o, n);
+        CUDA_TRY(cudaMemcpyAsync((char *)s->x + o, (const char *)s->x_host + o, n,
+                                 cudaMemcpyHostToDevice, s->routed));
+    }
+    return MOE_OK;
+}
+
+/* Queues s->out [T, D] -> the staging, piece i followed by event out_landed[i]. */
+moe_status queue_download(cuda_state *s, int T, moe_error *err) {
+    const size_t bytes = (size_t)T * s->D * 4, chunk = staging_chunk(bytes);
+    for (size_t o = 0, i = 0; o < bytes; o += chunk, i++) {
+        const size_t n = bytes - o < chunk ? bytes - o : chunk;
+        CUDA_TRY(cudaMemcpyAsync((char *)s->out_host + o, (const char *)s->out + o, n,
+                                 cudaMemcpyDeviceToHost, s->routed));
+        CUDA_TRY(cudaEventRecord(s->out_landed[i], s->routed));
+    }
+    return MOE_OK;
+}
+
+/* The staging -> out [T, D] host, each piece as soon as it has landed (the next is still on
+ * its way). */
+moe_status finish_download(cuda_state *s, int T, float *out, moe_error *err) {
+    const size_t bytes = (size_t)T * s->D * 4, chunk = staging_chunk(bytes);
+    for (size_t o = 0, i = 0; o < bytes; o += chunk, i++) {
+        const size_t n = bytes - o < chunk ? bytes - o : chunk;
+        CUDA_TRY(cudaEventSynchronize(s->out_landed[i]));
+        memcpy((char *)out + o, (const char *)s->out_host + o, n);
+    }
+    return MOE_OK;
+}
+
+/* The layer on the routed stream (the sinks forked off and joined), from x [T, D] bf16 on the
+ * device to out [T, D] fp32 on the device; the workspace holds T tokens. Timing events
+ * EV_GATE .. EV_COMBINE. */
+moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, bool timed,
+                     moe_error *err) {
     const int D = s->D, K = s->K, S = s->S;
     cudaStream_t st = s->routed;
-
-    TRY(mark(s, timed, EV_BEGIN, st, err));
-    CUDA_TRY(cudaMemcpyAsync(s->x, x, (size_t)T * D * 2, cudaMemcpyHostToDevice, st));
     CUDA_TRY(cudaEventRecord(s->x_ready, st));
-    TRY(mark(s, timed, EV_UPLOAD, st, err));
 
     TRY(moe_cuda_lt_plan_for(s->lt, &s->gate_plan, s->G, D, T, CUDA_R_32F, LT_WORKSPACE_BYTES, err));
-    TRY(moe_cuda_lt_run(s->lt, &s->gate_plan, s->gate_w, s->x, s->logits, s->lt_ws_routed,
+    TRY(moe_cuda_lt_run(s->lt, &s->gate_plan, s->gate_w, x, s->logits, s->lt_ws_routed,
                         LT_WORKSPACE_BYTES, st, err));
     TRY(mark(s, timed, EV_GATE, st, err));
     TRY(moe_cuda_route(st, T, D, s->R, K, S, s->shard->cfg.route_scale, s->shard->global_scale,
-                       s->x, s->logits, s->gate_bias, s->ids, s->weights, s->bad, err));
+                       x, s->logits, s->gate_bias, s->ids, s->weights, s->bad, err));
     CUDA_TRY(cudaEventRecord(s->route_ready, st));
     TRY(mark(s, timed, EV_ROUTE, st, err));
 
-    TRY(run_sinks(s, T, timed, err));
+    TRY(run_sinks(s, T, x, timed, err));
 
     /* Few rows per expert: stream the weights (GEMV); else tiles on the tensor cores. */
     const bool gemv = s->variant == MOE_CUDA_EXPERTS_GEMV ||
@@ -499,7 +585,7 @@ moe_status forward_impl(cuda_state *s, int T, const uint16_t *x, float *out, moe
                        s->n_tiles, err));
     TRY(mark(s, timed, EV_GROUP, st, err));
     TRY((gemv ? moe_cuda_expert_gemv1 : moe_cuda_expert_gemm1)(
-        st, &s->experts, T, K, s->x, s->counts, s->perm, s->tiles, s->n_tiles, s->h, err));
+        st, &s->experts, T, K, x, s->counts, s->perm, s->tiles, s->n_tiles, s->h, err));
     TRY(mark(s, timed, EV_GEMM1, st, err));
     TRY((gemv ? moe_cuda_expert_gemv2 : moe_cuda_expert_gemm2)(
         st, &s->experts, T, K, s->h, s->counts, s->perm, s->tiles, s->n_tiles, s->y, err));
@@ -507,12 +593,33 @@ moe_status forward_impl(cuda_state *s, int T, const uint16_t *x, float *out, moe
 
     CUDA_TRY(cudaStreamWaitEvent(st, s->sinks_done, 0));
     TRY(moe_cuda_combine(st, T, D, K, S, s->E, s->expert_first, s->ids, s->weights, s->bad, s->y,
-                         S > 0 && s->SIL > 0 ? s->sink_y : NULL, s->out, err));
+                         S > 0 && s->SIL > 0 ? s->sink_y : NULL, out, err));
     TRY(mark(s, timed, EV_COMBINE, st, err));
+    return MOE_OK;
+}
 
+/* A forward call on host x and out: upload through the staging, the layer, stage copies,
+ * download through the staging. */
+moe_status forward_impl(cuda_state *s, int T, const uint16_t *x, float *out, moe_stages *stg,
+                        moe_cuda_stage_times *times, moe_error *err) {
+    const bool timed = times != NULL;
+    if (T == 0) {
+        if (stg) TRY(copy_stages(s, 0, stg, err));
+        return MOE_OK;
+    }
+    CUDA_TRY(cudaSetDevice(s->device));
+    TRY(ensure_workspace(s, T, err));
+    TRY(ensure_staging(s, T, err));
+    cudaStream_t st = s->routed;
+
+    TRY(mark(s, timed, EV_BEGIN, st, err));
+    TRY(upload_x(s, T, x, err));
+    TRY(mark(s, timed, EV_UPLOAD, st, err));
+    TRY(run_layer(s, T, s->x, s->out, timed, err));
     if (stg) TRY(copy_stages(s, T, stg, err));
-    CUDA_TRY(cudaMemcpyAsync(out, s->out, (size_t)T * D * 4, cudaMemcpyDeviceToHost, st));
+    TRY(queue_download(s, T, err));
     TRY(mark(s, timed, EV_DOWNLOAD, st, err));
+    TRY(finish_download(s, T, out, err));
     CUDA_TRY(cudaStreamSynchronize(st));
 
     if (timed) {
@@ -532,6 +639,44 @@ moe_status forward_impl(cuda_state *s, int T, const uint16_t *x, float *out, moe
         for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++)
             CUDA_TRY(cudaEventElapsedTime(spans[i].field, s->timing[spans[i].from],
                                           s->timing[spans[i].to]));
+    }
+    return MOE_OK;
+}
+
+/* Whether p is memory of this layer's device (device or managed). */
+bool on_device(const cuda_state *s, const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError(); /* not an error of the layer: clear it */
+        return false;
+    }
+    return (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) &&
+           a.device == s->device;
+}
+
+/* The device entry (cuda_layer.h) once its arguments are checked. */
+moe_status forward_device(cuda_state *s, int T, const uint16_t *x_dev, float *out_dev,
+                          cudaStream_t caller, moe_error *err) {
+    CUDA_TRY(cudaSetDevice(s->device));
+    TRY(ensure_workspace(s, T, err));
+    cudaStream_t st = s->routed;
+    if (caller) {
+        CUDA_TRY(cudaEventRecord(s->caller_ready, caller));
+        CUDA_TRY(cudaStreamWaitEvent(st, s->caller_ready, 0));
+    }
+    /* cuBLASLt's algorithm was chosen for LT_ALIGN-aligned operands: another x goes through
+     * the workspace's copy (a device-to-device copy, no bus crossing). */
+    const uint16_t *x = x_dev;
+    if ((uintptr_t)x_dev % LT_ALIGN != 0) {
+        CUDA_TRY(cudaMemcpyAsync(s->x, x_dev, (size_t)T * s->D * 2, cudaMemcpyDeviceToDevice, st));
+        x = s->x;
+    }
+    TRY(run_layer(s, T, x, out_dev, false, err));
+    if (caller) {
+        CUDA_TRY(cudaEventRecord(s->layer_done, st));
+        CUDA_TRY(cudaStreamWaitEvent(caller, s->layer_done, 0));
+    } else {
+        CUDA_TRY(cudaStreamSynchronize(st));
     }
     return MOE_OK;
 }
@@ -566,6 +711,27 @@ extern "C" moe_status moe_cuda_forward_timed(void *state, int T, const uint16_t 
     if (!state || !times) return moe_fail(err, MOE_ERR_ARG, "cuda timing: NULL state or times");
     memset(times, 0, sizeof *times);
     return forward_impl((cuda_state *)state, T, x, out, NULL, T > 0 ? times : NULL, err);
+}
+
+extern "C" moe_status moe_cuda_forward_device(moe_layer *layer, int T, const uint16_t *x_dev,
+                                              float *out_dev, cudaStream_t stream,
+                                              moe_error *err) {
+    const moe_backend *b = moe_layer_backend(layer);
+    if (!b || (b != &moe_backend_cuda && b != &moe_backend_cuda_wmma && b != &moe_backend_cuda_gemv))
+        return moe_fail(err, MOE_ERR_ARG, "cuda device forward: %s is not a layer of a CUDA "
+                        "backend", b ? b->name : "NULL layer");
+    cuda_state *s = (cuda_state *)moe_layer_backend_state(layer);
+    if (T < 0) return moe_fail(err, MOE_ERR_ARG, "cuda device forward: token count T = %d is "
+                               "negative", T);
+    if (s->strict_nonfinite)
+        return moe_fail(err, MOE_ERR_UNSUPPORTED, "cuda device forward: the strict non-finite "
+                        "policy checks x on the host; create the layer without it (NaN/inf rows "
+                        "then give NaN output rows)");
+    if (T == 0) return MOE_OK;
+    if (!on_device(s, x_dev) || !on_device(s, out_dev))
+        return moe_fail(err, MOE_ERR_ARG, "cuda device forward: x_dev and out_dev must be memory "
+                        "of device %d (T = %d)", s->device, T);
+    return forward_device(s, T, x_dev, out_dev, stream, err);
 }
 
 extern "C" moe_status moe_cuda_flush_l2(void *state, moe_error *err) {

@@ -17,14 +17,14 @@ extern "C" {
 #endif
 
 typedef struct {
-    float upload;      /* x host -> device */
+    float upload;      /* x host -> device through the pinned staging (host copies included) */
     float gate;        /* gate logits GEMM (cuBLASLt) */
     float route;       /* selection and weights */
     float group;       /* grouping by expert and tile table */
     float gemm1;       /* routed GEMM1 + SwiGLU */
     float gemm2;       /* routed GEMM2 */
     float combine;     /* wait for the sinks, then weighted sum and rounding */
-    float download;    /* out device -> host */
+    float download;    /* out device -> pinned staging (the host's copies out overlap it) */
     float sink_gemm1;  /* sink GEMM1 (cuBLASLt), from the upload's end */
     float sink_swiglu; /* waits for the routing, then the sink SwiGLU epilogue */
     float sink_gemm2;  /* sink GEMM2 (cuBLASLt) */
