@@ -28,6 +28,7 @@
 
 #ifdef MOE_HAVE_CUDA
 #include "../opt/cuda/cuda_layer.h"
+#include "../opt/cuda/cuda_profile.h"
 
 #include <cuda_runtime_api.h>
 #endif
@@ -421,11 +422,15 @@ static void test_device_entry_refuses_other_layers(void **state) {
     moe_layer_data_free(&ld);
 }
 
+/* How device_forward calls: on a stream of the caller's, with none, through the timed entry. */
+typedef enum { ON_CALLER_STREAM, WITHOUT_STREAM, TIMED } device_call;
+
 /* x [T, D] through the device entry with the device buffers offset by x_off and out_off
- * elements (misaligned when non-zero), on a stream of the caller's or none; the copies in and
- * out are queued on that stream around the call, so its ordering is what makes them right. */
+ * elements (misaligned when non-zero). On a caller's stream the copies in and out are queued
+ * on that stream around the call, so its ordering is what makes them right. */
 static void device_forward(moe_layer *layer, int T, int D, const uint16_t *x, float *out,
-                           int x_off, int out_off, bool with_stream) {
+                           int x_off, int out_off, device_call how) {
+    const bool with_stream = how == ON_CALLER_STREAM;
     const size_t nx = (size_t)T * D;
     uint16_t *x_dev = NULL, *x_pinned = NULL;
     float *out_dev = NULL, *out_pinned = NULL;
@@ -448,8 +453,14 @@ static void device_forward(moe_layer *layer, int T, int D, const uint16_t *x, fl
                          cudaSuccess);
         assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     }
-    moe_status st = moe_cuda_forward_device(layer, T, x_dev + x_off, out_dev + out_off, caller, &err);
+    moe_cuda_stage_times times;
+    moe_status st = how == TIMED ? moe_cuda_forward_device_timed(moe_layer_backend_state(layer), T,
+                                                                 x_dev + x_off, out_dev + out_off,
+                                                                 &times, &err)
+                                 : moe_cuda_forward_device(layer, T, x_dev + x_off,
+                                                           out_dev + out_off, caller, &err);
     if (st) fail_msg("device entry, T %d: %s", T, err.msg);
+    if (how == TIMED) assert_true(times.device > 0.0f && times.gemm1 > 0.0f);
     if (with_stream) {
         assert_int_equal(cudaMemcpyAsync(out_pinned, out_dev + out_off, nx * 4,
                                          cudaMemcpyDeviceToHost, caller), cudaSuccess);
@@ -468,7 +479,7 @@ static void device_forward(moe_layer *layer, int T, int D, const uint16_t *x, fl
 
 /* Every routed format, T growing within the device entry (its workspace is allocated there),
  * non-finite rows: the device entry's output equals the host entry's bit for bit, on a stream
- * and without, aligned and not. */
+ * and without, aligned and not; and so does the timed device entry (cuda_profile.h). */
 static void test_device_entry_matches_host_entry(void **state) {
     (void)state;
     skip_without_gpu();
@@ -494,13 +505,13 @@ static void test_device_entry_matches_host_entry(void **state) {
             moe_random_input(T, D, 70 + i, x);
             plant_nonfinite(T, D, x);
             assert_int_equal(moe_layer_forward(host, T, x, want, NULL, &err), MOE_OK);
-            for (int variant = 0; variant < 4; variant++) {
+            for (int variant = 0; variant < 6; variant++) {
                 const int off = variant & 1; /* x 2 bytes, out 4 bytes off alignment */
-                device_forward(dev, T, D, x, got, off, off, variant < 2);
+                const device_call how = (device_call)(variant / 2);
+                device_forward(dev, T, D, x, got, off, off, how);
                 if (memcmp(want, got, bytes) != 0)
-                    fail_msg("format %d T %d %s stream, %s: device entry differs from the host "
-                             "entry", f, T, variant < 2 ? "caller" : "no",
-                             off ? "misaligned" : "aligned");
+                    fail_msg("format %d T %d call %d, %s: device entry differs from the host "
+                             "entry", f, T, (int)how, off ? "misaligned" : "aligned");
             }
             assert_int_equal(moe_layer_forward(dev, T, x, got, NULL, &err), MOE_OK);
             assert_memory_equal(want, got, bytes); /* and the host entry after it */

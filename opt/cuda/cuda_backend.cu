@@ -598,6 +598,27 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, bool t
     return MOE_OK;
 }
 
+/* The stage intervals of the last timed call (its events have completed). */
+moe_status read_times(cuda_state *s, moe_cuda_stage_times *times, moe_error *err) {
+    const struct {
+        float *field;
+        int from, to;
+    } spans[] = {
+        {&times->upload, EV_BEGIN, EV_UPLOAD},       {&times->gate, EV_UPLOAD, EV_GATE},
+        {&times->route, EV_GATE, EV_ROUTE},          {&times->group, EV_ROUTE, EV_GROUP},
+        {&times->gemm1, EV_GROUP, EV_GEMM1},         {&times->gemm2, EV_GEMM1, EV_GEMM2},
+        {&times->combine, EV_GEMM2, EV_COMBINE},     {&times->download, EV_COMBINE, EV_DOWNLOAD},
+        {&times->sink_gemm1, EV_SINK_START, EV_SINK_GEMM1},
+        {&times->sink_swiglu, EV_SINK_GEMM1, EV_SINK_SWIGLU},
+        {&times->sink_gemm2, EV_SINK_SWIGLU, EV_SINK_GEMM2},
+        {&times->device, EV_UPLOAD, EV_COMBINE},
+    };
+    for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++)
+        CUDA_TRY(cudaEventElapsedTime(spans[i].field, s->timing[spans[i].from],
+                                      s->timing[spans[i].to]));
+    return MOE_OK;
+}
+
 /* A forward call on host x and out: upload through the staging, the layer, stage copies,
  * download through the staging. */
 moe_status forward_impl(cuda_state *s, int T, const uint16_t *x, float *out, moe_stages *stg,
@@ -622,24 +643,7 @@ moe_status forward_impl(cuda_state *s, int T, const uint16_t *x, float *out, moe
     TRY(finish_download(s, T, out, err));
     CUDA_TRY(cudaStreamSynchronize(st));
 
-    if (timed) {
-        const struct {
-            float *field;
-            int from, to;
-        } spans[] = {
-            {&times->upload, EV_BEGIN, EV_UPLOAD},       {&times->gate, EV_UPLOAD, EV_GATE},
-            {&times->route, EV_GATE, EV_ROUTE},          {&times->group, EV_ROUTE, EV_GROUP},
-            {&times->gemm1, EV_GROUP, EV_GEMM1},         {&times->gemm2, EV_GEMM1, EV_GEMM2},
-            {&times->combine, EV_GEMM2, EV_COMBINE},     {&times->download, EV_COMBINE, EV_DOWNLOAD},
-            {&times->sink_gemm1, EV_SINK_START, EV_SINK_GEMM1},
-            {&times->sink_swiglu, EV_SINK_GEMM1, EV_SINK_SWIGLU},
-            {&times->sink_gemm2, EV_SINK_SWIGLU, EV_SINK_GEMM2},
-            {&times->device, EV_UPLOAD, EV_COMBINE},
-        };
-        for (size_t i = 0; i < sizeof spans / sizeof spans[0]; i++)
-            CUDA_TRY(cudaEventElapsedTime(spans[i].field, s->timing[spans[i].from],
-                                          s->timing[spans[i].to]));
-    }
+    if (timed) TRY(read_times(s, times, err));
     return MOE_OK;
 }
 
@@ -654,9 +658,11 @@ bool on_device(const cuda_state *s, const void *p) {
            a.device == s->device;
 }
 
-/* The device entry (cuda_layer.h) once its arguments are checked. */
+/* The device entry (cuda_layer.h) once its arguments are checked. Timed (times non-NULL,
+ * caller NULL): no upload or download, so both intervals are empty. */
 moe_status forward_device(cuda_state *s, int T, const uint16_t *x_dev, float *out_dev,
-                          cudaStream_t caller, moe_error *err) {
+                          cudaStream_t caller, moe_cuda_stage_times *times, moe_error *err) {
+    const bool timed = times != NULL;
     CUDA_TRY(cudaSetDevice(s->device));
     TRY(ensure_workspace(s, T, err));
     cudaStream_t st = s->routed;
@@ -664,6 +670,8 @@ moe_status forward_device(cuda_state *s, int T, const uint16_t *x_dev, float *ou
         CUDA_TRY(cudaEventRecord(s->caller_ready, caller));
         CUDA_TRY(cudaStreamWaitEvent(st, s->caller_ready, 0));
     }
+    TRY(mark(s, timed, EV_BEGIN, st, err));
+    TRY(mark(s, timed, EV_UPLOAD, st, err));
     /* cuBLASLt's algorithm was chosen for LT_ALIGN-aligned operands: another x goes through
      * the workspace's copy (a device-to-device copy, no bus crossing). */
     const uint16_t *x = x_dev;
@@ -671,13 +679,15 @@ moe_status forward_device(cuda_state *s, int T, const uint16_t *x_dev, float *ou
         CUDA_TRY(cudaMemcpyAsync(s->x, x_dev, (size_t)T * s->D * 2, cudaMemcpyDeviceToDevice, st));
         x = s->x;
     }
-    TRY(run_layer(s, T, x, out_dev, false, err));
+    TRY(run_layer(s, T, x, out_dev, timed, err));
+    TRY(mark(s, timed, EV_DOWNLOAD, st, err));
     if (caller) {
         CUDA_TRY(cudaEventRecord(s->layer_done, st));
         CUDA_TRY(cudaStreamWaitEvent(caller, s->layer_done, 0));
     } else {
         CUDA_TRY(cudaStreamSynchronize(st));
     }
+    if (timed) TRY(read_times(s, times, err));
     return MOE_OK;
 }
 
@@ -731,7 +741,20 @@ extern "C" moe_status moe_cuda_forward_device(moe_layer *layer, int T, const uin
     if (!on_device(s, x_dev) || !on_device(s, out_dev))
         return moe_fail(err, MOE_ERR_ARG, "cuda device forward: x_dev and out_dev must be memory "
                         "of device %d (T = %d)", s->device, T);
-    return forward_device(s, T, x_dev, out_dev, stream, err);
+    return forward_device(s, T, x_dev, out_dev, stream, NULL, err);
+}
+
+extern "C" moe_status moe_cuda_forward_device_timed(void *state, int T, const uint16_t *x_dev,
+                                                    float *out_dev, moe_cuda_stage_times *times,
+                                                    moe_error *err) {
+    cuda_state *s = (cuda_state *)state;
+    if (!s || !times) return moe_fail(err, MOE_ERR_ARG, "cuda timing: NULL state or times");
+    memset(times, 0, sizeof *times);
+    if (T <= 0) return T < 0 ? moe_fail(err, MOE_ERR_ARG, "cuda timing: T = %d", T) : MOE_OK;
+    if (!on_device(s, x_dev) || !on_device(s, out_dev))
+        return moe_fail(err, MOE_ERR_ARG, "cuda timing: x_dev and out_dev must be memory of "
+                        "device %d", s->device);
+    return forward_device(s, T, x_dev, out_dev, NULL, times, err);
 }
 
 extern "C" moe_status moe_cuda_flush_l2(void *state, moe_error *err) {

@@ -35,6 +35,13 @@ typedef struct {
 moe_status moe_cuda_forward_timed(void *state, int T, const uint16_t *x, float *out,
                                   moe_cuda_stage_times *times, moe_error *err);
 
+/* The same on x_dev [T, D] bf16 and out_dev [T, D] fp32 already on the device, as
+ * moe_cuda_forward_device (cuda_layer.h) with no stream: upload and download are empty (0),
+ * `device` is the layer as a serving engine calls it. */
+moe_status moe_cuda_forward_device_timed(void *state, int T, const uint16_t *x_dev,
+                                         float *out_dev, moe_cuda_stage_times *times,
+                                         moe_error *err);
+
 /* Overwrites a scratch buffer larger than the L2 cache so the next call starts cold. */
 moe_status moe_cuda_flush_l2(void *state, moe_error *err);
 
