@@ -67,7 +67,7 @@ static const moe_backend outputs_file = {"outputs", "an outputs file", NULL, NUL
 
 static moe_status file_run(const check_args *a, const moe_config *c, int T, moe_run *r, moe_error *err) {
     memset(r, 0, sizeof *r);
-    snprintf(r->name, sizeof r->name, "outputs/%s", a->precision == MOE_PRECISION_EXACT ? "exact" : a->precision == MOE_PRECISION_ENGINE ? "engine" : "serving");
+    snprintf(r->name, sizeof r->name, "outputs/%s", moe_cmp_precision_name(a->precision));
     r->backend = &outputs_file;
     r->opt = moe_options_default();
     r->opt.precision = a->precision;
@@ -90,32 +90,34 @@ static moe_status file_run(const check_args *a, const moe_config *c, int T, moe_
     return s;
 }
 
+/* The file is the candidate, the reference backend (unsplit, every stage) the reference. */
 static int judge(const check_args *a, int layer, const moe_config *cfg, const moe_weights *w, int T,
                  const uint16_t *x, moe_error *err) {
-    moe_run ref, got;
-    memset(&ref, 0, sizeof ref);
+    moe_run reference, candidate;
+    memset(&reference, 0, sizeof reference);
+    memset(&candidate, 0, sizeof candidate); /* freed below even when the split is refused */
     moe_options opt = moe_options_default();
     opt.precision = a->precision;
     moe_split split = {a->kind, a->kind == MOE_SPLIT_NONE ? 1 : a->n, 0, a->pad};
     moe_status st = moe_split_validate(cfg, &split, err);
-    if (!st) st = file_run(a, cfg, T, &got, err);
-    if (!st) st = moe_run_path(&moe_backend_ref, &opt, cfg, w, MOE_SPLIT_NONE, 1, 0, T, x, true, &ref, err);
+    if (!st) st = file_run(a, cfg, T, &candidate, err);
+    if (!st) st = moe_run_path(&moe_backend_ref, &opt, cfg, w, MOE_SPLIT_NONE, 1, 0, T, x, true, &reference, err);
     moe_cmp_report rep;
     moe_cmp_case cc = {cfg, w, T, x};
-    if (!st) st = moe_compare_runs(&cc, &ref, &got, NULL, NULL, &rep, err);
+    if (!st) st = moe_compare_runs(&cc, &reference, &candidate, NULL, NULL, &rep, err);
     int rc = 2;
     if (!st) {
         printf("layer %d, T = %d: %s judged against the reference (%s contract)\nstages compared:", layer, T,
-               a->outputs, a->precision == MOE_PRECISION_EXACT ? "exact" : a->precision == MOE_PRECISION_ENGINE ? "engine" : "serving");
+               a->outputs, moe_cmp_precision_name(a->precision));
         for (int s = 0; s < MOE_CMP_STAGE_COUNT; s++)
             if (rep.stages_compared & (1u << s)) printf(" %s", moe_cmp_stage_name((moe_cmp_stage)s));
-        printf("\n  %-28s %s\n", got.name, rep.ok ? "PASS" : "FAIL");
+        printf("\n  %-28s %s\n", candidate.name, rep.ok ? "PASS" : "FAIL");
         if (!rep.ok) moe_cmp_report_print(stdout, &rep);
         printf("%d passed, %d failed, 0 skipped\n", rep.ok, !rep.ok);
         rc = rep.ok ? 0 : 1;
     }
-    moe_run_free(&ref);
-    moe_run_free(&got);
+    moe_run_free(&reference);
+    moe_run_free(&candidate);
     return rc;
 }
 

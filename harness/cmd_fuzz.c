@@ -107,7 +107,7 @@ static int registry_candidates(const char *paths, const moe_backend **out, int c
         moe_error_clear(&err);
         if (paths) be = moe_path_open(names[i], &err);
         if (!be || be == &moe_backend_ref) {
-            cli_fail("fuzz", "argument --paths: %s", be ? "'ref' is the baseline, not a candidate path" : err.msg);
+            cli_fail("fuzz", "argument --paths: %s", be ? "'ref' is the reference, not a candidate path" : err.msg);
             return -1;
         }
         if (n == cap) {

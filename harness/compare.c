@@ -1,6 +1,7 @@
 /*
- * compare.c: running a path into a moe_run and judging two runs stage by stage against the
- * contract envelope (rules in compare.h, derivations in docs/tolerances.md).
+ * compare.c: judging a reference run and a candidate run stage by stage against the contract
+ * envelope (rules in compare.h, derivations in docs/tolerances.md). Running a path into a
+ * moe_run is run_path.c.
  *
  * Rules implemented here:
  *   - a stored value passes when lo <= value <= hi (NaN never passes where a finite value is
@@ -21,109 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---------------------------------------------------------------- runs */
-
-void moe_run_free(moe_run *r) {
-    if (!r) return;
-    free(r->out);
-    free(r->logits);
-    free(r->ids);
-    free(r->weights);
-    free(r->routed_h);
-    free(r->routed_y);
-    free(r->sink_h);
-    free(r->sink_y);
-    memset(r, 0, sizeof *r);
-}
-
-static const char *precision_name(moe_precision p) {
-    return p == MOE_PRECISION_EXACT ? "exact" : p == MOE_PRECISION_ENGINE ? "engine" : "serving";
-}
-
-static void *alloc_or_null(size_t n, size_t size) { return calloc(n ? n : 1, size); }
-
-/* Names the run, checks that the path can run the case, and allocates its arrays. */
-static moe_status run_prepare(const moe_backend *be, const moe_options *opt, const moe_config *cfg,
-                              moe_split_kind kind, int n, int pad, int T, bool want_intermediates,
-                              moe_run *run, moe_error *err) {
-    if (!run) return moe_fail(err, MOE_ERR_ARG, "run: NULL run");
-    memset(run, 0, sizeof *run);
-    if (!be || !opt || !cfg) return moe_fail(err, MOE_ERR_ARG, "run: NULL backend, options or config");
-    if (kind == MOE_SPLIT_NONE) n = 1;
-    run->backend = be;
-    run->opt = *opt;
-    run->split_kind = kind;
-    run->split_n = n;
-    run->pad_inter_to = pad;
-    run->T = T, run->D = cfg->D, run->I = cfg->I, run->R = cfg->R, run->K = cfg->K, run->S = cfg->S;
-    char split_name[32] = "";
-    if (kind != MOE_SPLIT_NONE) snprintf(split_name, sizeof split_name, "/%s%d", kind == MOE_SPLIT_TP ? "tp" : "ep", n);
-    if (pad) snprintf(split_name + strlen(split_name), sizeof split_name - strlen(split_name), "+pad%d", pad);
-    snprintf(run->name, sizeof run->name, "%s/%s%s", be->name, precision_name(opt->precision), split_name);
-
-    char why[256] = "";
-    if (!be->available(why, sizeof why))
-        return moe_fail(err, MOE_ERR_UNAVAILABLE, "%s: unavailable: %s", run->name, why);
-    moe_split split = {kind, n, 0, pad};
-    moe_status st = moe_split_validate(cfg, &split, err);
-    if (st) return st;
-    moe_options computed = *opt; /* the engine contract is computed as serving */
-    computed.precision = moe_precision_computed(opt->precision);
-    if (!be->supports(cfg, &split, &computed, why, sizeof why))
-        return moe_fail(err, MOE_ERR_UNSUPPORTED, "%s: unsupported: %s", run->name, why);
-
-    const size_t TT = (size_t)(T > 0 ? T : 0), D = (size_t)cfg->D, I = (size_t)cfg->I,
-                 K = (size_t)cfg->K, S = (size_t)cfg->S, G = (size_t)(cfg->R + cfg->S);
-    bool inter = want_intermediates && kind == MOE_SPLIT_NONE && pad == 0;
-    run->out = alloc_or_null(TT * D, sizeof(float));
-    run->logits = alloc_or_null(TT * G, sizeof(float));
-    run->ids = alloc_or_null(TT * K, sizeof(int32_t));
-    run->weights = alloc_or_null(TT * (K + S), sizeof(float));
-    if (inter) {
-        run->routed_h = alloc_or_null(TT * K * I, sizeof(float));
-        run->routed_y = alloc_or_null(TT * K * D, sizeof(float));
-        run->sink_h = alloc_or_null(TT * S * I, sizeof(float));
-        run->sink_y = alloc_or_null(TT * D, sizeof(float));
-    }
-    if (!run->out || !run->logits || !run->ids || !run->weights ||
-        (inter && (!run->routed_h || !run->routed_y || !run->sink_h || !run->sink_y))) {
-        moe_run_free(run);
-        return moe_fail(err, MOE_ERR_NOMEM, "run: out of memory for T = %d", T);
-    }
-    return MOE_OK;
-}
-
-static moe_stages run_stages(moe_run *run) {
-    moe_stages stages = {run->logits, run->ids,  run->weights, run->routed_h,
-                         run->routed_y, run->sink_h, run->sink_y, 0};
-    return stages;
-}
-
-moe_status moe_run_path(const moe_backend *be, const moe_options *opt, const moe_config *cfg,
-                        const moe_weights *w, moe_split_kind kind, int n, int pad, int T,
-                        const uint16_t *x, bool want_intermediates, moe_run *run, moe_error *err) {
-    moe_status st = run_prepare(be, opt, cfg, kind, n, pad, T, want_intermediates, run, err);
-    if (st) return st;
-    if (!w) {
-        moe_run_free(run);
-        return moe_fail(err, MOE_ERR_ARG, "run: NULL weights");
-    }
-    moe_stages stages = run_stages(run);
-    st = moe_forward_all_ranks(be, cfg, w, kind, n, pad, opt, T, x, run->out, &stages, err);
-    run->filled = stages.filled;
-    return st;
-}
-
-moe_status moe_run_layers(const moe_backend *be, const moe_options *opt, const moe_config *cfg,
-                          moe_split_kind kind, int n, int pad, moe_layer *const *layers, int T,
-                          const uint16_t *x, bool want_intermediates, moe_run *run, moe_error *err) {
-    moe_status st = run_prepare(be, opt, cfg, kind, n, pad, T, want_intermediates, run, err);
-    if (st) return st;
-    moe_stages stages = run_stages(run);
-    st = moe_forward_ranks(layers, run->split_n, opt, T, x, run->out, &stages, err);
-    run->filled = stages.filled;
-    return st;
-}
+/* The two runs of a comparison, in this order everywhere in this file. */
+enum { REFERENCE = 0, CANDIDATE = 1 };
 
 /* ---------------------------------------------------------------- reports */
 
@@ -140,24 +40,52 @@ void moe_cmp_report_print(FILE *f, const moe_cmp_report *rep) {
     fprintf(f, "    first diverging stage: %s (path %s)\n", moe_cmp_stage_name(rep->first_stage), rep->path);
     fprintf(f, "    worst: token %d, slot %d, expert %d, element %d\n", rep->token, rep->slot,
             rep->expert, rep->element);
-    fprintf(f, "    values: A %.9g, B %.9g; exact %.9g; allowed [%.9g, %.9g]\n", rep->value_a,
-            rep->value_b, rep->centre, rep->lo, rep->hi);
+    fprintf(f, "    values: reference %.9g, candidate %.9g; exact %.9g; allowed [%.9g, %.9g]\n",
+            rep->value_reference, rep->value_candidate, rep->centre, rep->lo, rep->hi);
     fprintf(f, "    error %.3g against tolerance %.3g\n", rep->err, rep->tol);
 }
 
-/* ---------------------------------------------------------------- judging */
+/* ---------------------------------------------------------------- one stage of one run */
 
 typedef struct {
-    const moe_run *run;
+    const moe_run *run;  /* NULL: this side of the comparison is absent */
     const moe_envelope *env;
     unsigned char *skip; /* [T] token not compared after the ids (non-finite or re-routed) */
 } judged;
+
+/* A banded stage of one run: its values [T, per_token] and their allowed intervals. */
+typedef struct {
+    const moe_band *band;
+    const float *values; /* NULL where the run holds no such array */
+    size_t per_token;
+    bool compared; /* the run filled the stage, and it is compared for this run */
+} stage_view;
+
+static stage_view view_of(moe_cmp_stage s, const moe_run *r, const moe_envelope *e) {
+    const size_t G = (size_t)(e->R + e->S), KS = (size_t)(e->K + e->S), D = (size_t)e->D;
+    const size_t KI = (size_t)e->K * e->I, KD = (size_t)e->K * D, SI = (size_t)e->S * e->I;
+    /* a rank's intermediates hold a slab: compared only for unsplit, unpadded runs */
+    const bool inter = r->split_kind == MOE_SPLIT_NONE && r->pad_inter_to == 0;
+    const unsigned f = r->filled;
+    switch (s) {
+    case MOE_CMP_LOGITS: return (stage_view){&e->logits, r->logits, G, f & MOE_STAGE_LOGITS};
+    case MOE_CMP_WEIGHTS: return (stage_view){&e->weights, r->weights, KS, f & MOE_STAGE_TOPK};
+    case MOE_CMP_ROUTED_H:
+        return (stage_view){&e->routed_h, r->routed_h, KI, inter && (f & MOE_STAGE_ROUTED_H) && KI};
+    case MOE_CMP_ROUTED_Y:
+        return (stage_view){&e->routed_y, r->routed_y, KD, inter && (f & MOE_STAGE_ROUTED_Y) && KD};
+    case MOE_CMP_SINK_H: return (stage_view){&e->sink_h, r->sink_h, SI, inter && (f & MOE_STAGE_SINK_H) && SI};
+    case MOE_CMP_SINK_Y: return (stage_view){&e->sink_y, r->sink_y, D, inter && (f & MOE_STAGE_SINK_Y) && e->S};
+    default:
+        return (stage_view){r->split_kind == MOE_SPLIT_NONE ? &e->out_unsplit : &e->out_split, r->out, D, true};
+    }
+}
 
 /* The worst element of one stage over the runs that filled it. */
 typedef struct {
     bool bad;
     double ratio;
-    int run; /* 0 = a, 1 = b */
+    int side; /* REFERENCE or CANDIDATE */
     size_t index;
     double value, centre, lo, hi;
 } worst_element;
@@ -171,48 +99,24 @@ static double ratio_of(double v, double c, double lo, double hi) {
 
 /* Scans n elements, per_token to a token, of one run's stage against a band. */
 static void scan_band(const moe_band *band, const float *values, size_t n, size_t per_token,
-                      const unsigned char *skip, int run_index, worst_element *w) {
+                      const unsigned char *skip, int side, worst_element *w) {
     for (size_t i = 0; i < n; i++) {
         if (skip[i / per_token]) continue;
         double v = (double)values[i], lo = band->lo[i], hi = band->hi[i], c = band->c[i];
         bool inside = v >= lo && v <= hi; /* false for NaN */
         if (inside) continue;
         double r = ratio_of(v, c, lo, hi);
-        if (!w->bad || r > w->ratio) {
-            w->bad = true;
-            w->ratio = r;
-            w->run = run_index;
-            w->index = i;
-            w->value = v;
-            w->centre = c;
-            w->lo = lo;
-            w->hi = hi;
-        }
+        if (!w->bad || r > w->ratio) *w = (worst_element){true, r, side, i, v, c, lo, hi};
     }
 }
 
-static void fill_failure(moe_cmp_report *rep, moe_cmp_stage stage, const judged *j, int nj,
-                         const worst_element *w) {
-    const moe_run *r = j[w->run].run;
-    const moe_envelope *e = j[w->run].env;
-    const int G = e->R + e->S, KS = e->K + e->S;
-    size_t i = w->index;
-    rep->ok = false;
-    rep->first_stage = stage;
-    snprintf(rep->path, sizeof rep->path, "%s", r->name);
-    rep->token = rep->slot = rep->expert = rep->element = -1;
-    size_t per = 1;
-    switch (stage) {
-    case MOE_CMP_LOGITS: per = (size_t)G; break;
-    case MOE_CMP_WEIGHTS: per = (size_t)KS; break;
-    case MOE_CMP_ROUTED_H: per = (size_t)e->K * e->I; break;
-    case MOE_CMP_ROUTED_Y: per = (size_t)e->K * e->D; break;
-    case MOE_CMP_SINK_H: per = (size_t)e->S * e->I; break;
-    default: per = (size_t)e->D; break;
-    }
-    rep->token = (int)(i / per);
-    size_t in_token = i % per;
+/* Token, slot, expert and element of index i of a stage (-1 where the stage has none). */
+static void locate(moe_cmp_report *rep, moe_cmp_stage stage, const moe_run *r, const moe_envelope *e,
+                   size_t i, size_t per_token) {
+    rep->token = (int)(i / per_token);
+    const size_t in_token = i % per_token;
     const int32_t *ids = r->ids + (size_t)rep->token * e->K;
+    rep->slot = rep->expert = rep->element = -1;
     switch (stage) {
     case MOE_CMP_LOGITS: rep->expert = rep->element = (int)in_token; break;
     case MOE_CMP_WEIGHTS:
@@ -234,23 +138,22 @@ static void fill_failure(moe_cmp_report *rep, moe_cmp_stage stage, const judged 
         break;
     default: rep->element = (int)in_token; break;
     }
-    rep->value_a = rep->value_b = NAN;
-    for (int k = 0; k < nj; k++) {
-        const float *arr = NULL;
-        const moe_run *rk = j[k].run;
-        switch (stage) {
-        case MOE_CMP_LOGITS: arr = rk->logits; break;
-        case MOE_CMP_WEIGHTS: arr = rk->weights; break;
-        case MOE_CMP_ROUTED_H: arr = rk->routed_h; break;
-        case MOE_CMP_ROUTED_Y: arr = rk->routed_y; break;
-        case MOE_CMP_SINK_H: arr = rk->sink_h; break;
-        case MOE_CMP_SINK_Y: arr = rk->sink_y; break;
-        default: arr = rk->out; break;
-        }
-        double v = arr ? (double)arr[i] : NAN;
-        if (k == 0) rep->value_a = v;
-        else rep->value_b = v;
+}
+
+static void fill_failure(moe_cmp_report *rep, moe_cmp_stage stage, const judged *j, const worst_element *w) {
+    const moe_run *r = j[w->side].run;
+    const moe_envelope *e = j[w->side].env;
+    rep->ok = false;
+    rep->first_stage = stage;
+    snprintf(rep->path, sizeof rep->path, "%s", r->name);
+    locate(rep, stage, r, e, w->index, view_of(stage, r, e).per_token);
+    double v[2] = {NAN, NAN}; /* both runs' values there, where they hold the array */
+    for (int k = REFERENCE; k <= CANDIDATE; k++) {
+        const float *arr = j[k].run ? view_of(stage, j[k].run, e).values : NULL;
+        if (arr) v[k] = (double)arr[w->index];
     }
+    rep->value_reference = v[REFERENCE];
+    rep->value_candidate = v[CANDIDATE];
     rep->centre = w->centre;
     rep->lo = w->lo;
     rep->hi = w->hi;
@@ -259,10 +162,12 @@ static void fill_failure(moe_cmp_report *rep, moe_cmp_stage stage, const judged 
     snprintf(rep->msg, sizeof rep->msg,
              "FAIL stage %s: %s left the %s envelope at token %d slot %d expert %d element %d: "
              "value %.9g, exact %.9g, allowed [%.9g, %.9g], error %.3g vs tolerance %.3g (%.3gx)",
-             moe_cmp_stage_name(stage), r->name, precision_name(e->precision), rep->token,
+             moe_cmp_stage_name(stage), r->name, moe_cmp_precision_name(e->precision), rep->token,
              rep->slot, rep->expert, rep->element, w->value, w->centre, w->lo, w->hi, rep->err,
              rep->tol, w->ratio);
 }
+
+/* ---------------------------------------------------------------- ids */
 
 /* A selector on one layer: the router of a backend, made on demand (near-ties are rare). */
 typedef struct {
@@ -297,73 +202,83 @@ static bool ids_equal(const int32_t *a, const int32_t *b, int K) {
     return true;
 }
 
-/* The ids stage for one run: exact, or a near-tie on which both selectors agree. */
-static moe_status judge_ids(const moe_cmp_case *cc, judged *j, int run_index, router *own_router,
-                            int *near_ties, moe_cmp_report *rep, moe_error *err) {
+/* Scratch of the near-tie check: ids [K], weights [K+S], logits [R+S]. */
+typedef struct {
+    int32_t *ids;
+    float *weights, *logits;
+} tie_scratch;
+
+/* Token t's ids differ from the exact ones on a near-tie: do both selectors agree when fed the
+ * same logits? The contract's selector (selection.c) on this run's logits must give this run's
+ * ids, and this run's own selector on the exact logits the exact ids. */
+static moe_status near_tie_agrees(const moe_cmp_case *cc, const judged *j, int t, router *own_router,
+                                  tie_scratch *s, bool *agree, moe_error *err) {
     const moe_run *r = j->run;
     const moe_envelope *e = j->env;
-    const int K = e->K, R = e->R, S = e->S, G = R + S;
-    int32_t *tmp_ids = malloc((size_t)K * sizeof(int32_t));
-    float *tmp_w = malloc((size_t)(K + S) * sizeof(float));
-    float *exact_logits = malloc((size_t)G * sizeof(float));
-    if (!tmp_ids || !tmp_w || !exact_logits) {
-        free(tmp_ids);
-        free(tmp_w);
-        free(exact_logits);
-        return moe_fail(err, MOE_ERR_NOMEM, "compare: out of memory");
-    }
-    moe_status st = MOE_OK;
+    const int K = e->K, R = e->R, G = R + e->S;
+    const int32_t *got = r->ids + (size_t)t * K, *want = e->ids + (size_t)t * K;
+    contract_select(r->logits + (size_t)t * G, cc->cfg->has_gate_bias ? cc->w->gate_bias : NULL, R, K,
+                    s->ids, s->weights);
+    *agree = ids_equal(s->ids, got, K);
+    if (!*agree || !r->backend->route) return MOE_OK;
+    for (int g = 0; g < G; g++) s->logits[g] = (float)e->logits.c[(size_t)t * G + g];
+    moe_status st = router_route(own_router, r->backend, &r->opt, cc, s->logits, s->ids, s->weights, err);
+    *agree = !st && ids_equal(s->ids, want, K);
+    return st;
+}
+
+static void fail_ids(moe_cmp_report *rep, const judged *j, int side, int t, int bad_slot) {
+    const moe_run *r = j->run;
+    const moe_envelope *e = j->env;
+    const int32_t *got = r->ids + (size_t)t * e->K, *want = e->ids + (size_t)t * e->K;
+    rep->ok = false;
+    rep->first_stage = MOE_CMP_IDS;
+    snprintf(rep->path, sizeof rep->path, "%s", r->name);
+    rep->token = t;
+    rep->slot = bad_slot;
+    rep->expert = got[bad_slot];
+    rep->element = bad_slot;
+    rep->value_reference = side == REFERENCE ? got[bad_slot] : NAN;
+    rep->value_candidate = side == CANDIDATE ? got[bad_slot] : NAN;
+    rep->centre = rep->lo = rep->hi = e->nonfinite[t] ? NAN : want[bad_slot];
+    rep->err = rep->tol = 0;
+    snprintf(rep->msg, sizeof rep->msg,
+             "FAIL stage ids: %s token %d slot %d selects expert %d, the exact routing %d%s",
+             r->name, t, bad_slot, got[bad_slot], e->nonfinite[t] ? -1 : want[bad_slot],
+             got[bad_slot] < 0 || got[bad_slot] >= e->R ? " (not in [0, R))"
+             : e->near_tie[t] ? " (near-tie, but the selectors disagree on the same logits)"
+                              : " (not a near-tie)");
+}
+
+/* The ids stage for one run: exact, or a near-tie on which both selectors agree. */
+static moe_status judge_ids(const moe_cmp_case *cc, judged *j, int side, router *own_router,
+                            int *near_ties, moe_cmp_report *rep, moe_error *err) {
+    const moe_envelope *e = j->env;
+    const int K = e->K, R = e->R;
+    tie_scratch s = {malloc((size_t)K * sizeof(int32_t)), malloc((size_t)(K + e->S) * sizeof(float)),
+                     malloc((size_t)(R + e->S) * sizeof(float))};
+    moe_status st = s.ids && s.weights && s.logits ? MOE_OK : moe_fail(err, MOE_ERR_NOMEM, "compare: out of memory");
     for (int t = 0; t < e->T && !st && rep->ok; t++) {
-        const int32_t *got = r->ids + (size_t)t * K, *want = e->ids + (size_t)t * K;
+        const int32_t *got = j->run->ids + (size_t)t * K, *want = e->ids + (size_t)t * K;
         int bad_slot = -1;
         for (int k = 0; k < K; k++)
-            if (got[k] < 0 || got[k] >= R) bad_slot = bad_slot < 0 ? k : bad_slot;
+            if ((got[k] < 0 || got[k] >= R) && bad_slot < 0) bad_slot = k;
         bool agree = bad_slot < 0;
         if (agree && !e->nonfinite[t] && !ids_equal(got, want, K)) {
             agree = false;
-            if (e->near_tie[t]) {
-                /* feed the contract's selector (selection.c) this run's logits ... */
-                contract_select(r->logits + (size_t)t * G, cc->cfg->has_gate_bias ? cc->w->gate_bias : NULL,
-                                R, K, tmp_ids, tmp_w);
-                bool ref_agrees = ids_equal(tmp_ids, got, K);
-                /* ... and this run's selector the exact logits */
-                bool own_agrees = true;
-                if (!st && r->backend->route) {
-                    for (int g = 0; g < G; g++) exact_logits[g] = (float)e->logits.c[(size_t)t * G + g];
-                    st = router_route(own_router, r->backend, &r->opt, cc, exact_logits, tmp_ids, tmp_w, err);
-                    own_agrees = !st && ids_equal(tmp_ids, want, K);
-                }
-                if (ref_agrees && own_agrees) {
-                    agree = true;
-                    j->skip[t] = 1;
-                    (*near_ties)++;
-                }
+            if (e->near_tie[t]) st = near_tie_agrees(cc, j, t, own_router, &s, &agree, err);
+            if (agree) {
+                j->skip[t] = 1;
+                (*near_ties)++;
             }
             for (int k = 0; k < K && bad_slot < 0; k++)
                 if (got[k] != want[k]) bad_slot = k;
         }
-        if (agree) continue;
-        rep->ok = false;
-        rep->first_stage = MOE_CMP_IDS;
-        snprintf(rep->path, sizeof rep->path, "%s", r->name);
-        rep->token = t;
-        rep->slot = bad_slot;
-        rep->expert = got[bad_slot];
-        rep->element = bad_slot;
-        rep->value_a = run_index == 0 ? got[bad_slot] : NAN;
-        rep->value_b = run_index == 1 ? got[bad_slot] : NAN;
-        rep->centre = rep->lo = rep->hi = e->nonfinite[t] ? NAN : want[bad_slot];
-        rep->err = rep->tol = 0;
-        snprintf(rep->msg, sizeof rep->msg,
-                 "FAIL stage ids: %s token %d slot %d selects expert %d, the exact routing %d%s",
-                 r->name, t, bad_slot, got[bad_slot], e->nonfinite[t] ? -1 : want[bad_slot],
-                 got[bad_slot] < 0 || got[bad_slot] >= R ? " (not in [0, R))"
-                 : e->near_tie[t] ? " (near-tie, but the selectors disagree on the same logits)"
-                                  : " (not a near-tie)");
+        if (!agree) fail_ids(rep, j, side, t, bad_slot);
     }
-    free(tmp_ids);
-    free(tmp_w);
-    free(exact_logits);
+    free(s.ids);
+    free(s.weights);
+    free(s.logits);
     return st;
 }
 
@@ -391,135 +306,106 @@ static void judge_nonfinite(const judged *j, moe_cmp_report *rep) {
     }
 }
 
-moe_status moe_compare_runs(const moe_cmp_case *cc, const moe_run *a, const moe_run *b,
-                            const moe_envelope *env_a, const moe_envelope *env_b,
+/* ---------------------------------------------------------------- the comparison */
+
+/* Both runs (where present) were made on the case and claim the same contract. */
+static moe_status check_runs(const moe_cmp_case *cc, const judged *j, moe_error *err) {
+    const moe_config *c = cc->cfg;
+    const moe_run *first = j[REFERENCE].run ? j[REFERENCE].run : j[CANDIDATE].run;
+    for (int k = REFERENCE; k <= CANDIDATE; k++) {
+        const moe_run *r = j[k].run;
+        if (!r) continue;
+        if (r->T != cc->T || r->D != c->D || r->I != c->I || r->R != c->R || r->K != c->K || r->S != c->S)
+            return moe_fail(err, MOE_ERR_ARG, "compare: run %s was made on another case", r->name);
+        if (r->opt.precision != first->opt.precision)
+            return moe_fail(err, MOE_ERR_ARG, "compare: runs %s and %s claim different contracts",
+                            first->name, r->name);
+    }
+    return MOE_OK;
+}
+
+/* Each present run's envelope: the one given, the other run's when both have the same split,
+ * else built here into made[k]; and its skip array, the non-finite tokens to start with. */
+static moe_status prepare_judged(const moe_cmp_case *cc, judged *j, moe_envelope **made, moe_error *err) {
+    moe_status st = MOE_OK;
+    for (int k = REFERENCE; k <= CANDIDATE && !st; k++) {
+        const moe_run *r = j[k].run, *other = j[1 - k].run;
+        if (!r || j[k].env) continue;
+        if (k == CANDIDATE && other && j[REFERENCE].env && other->split_kind == r->split_kind &&
+            other->split_n == r->split_n) {
+            j[k].env = j[REFERENCE].env;
+            continue;
+        }
+        st = moe_envelope_build(cc, r->opt.precision, r->split_kind, r->split_n, &made[k], err);
+        j[k].env = made[k];
+    }
+    for (int k = REFERENCE; k <= CANDIDATE && !st; k++) {
+        if (!j[k].run) continue;
+        j[k].skip = calloc(cc->T > 0 ? (size_t)cc->T : 1, 1);
+        if (!j[k].skip) return moe_fail(err, MOE_ERR_NOMEM, "compare: out of memory");
+        for (int t = 0; t < cc->T; t++) j[k].skip[t] = j[k].env->nonfinite[t];
+    }
+    return st;
+}
+
+/* One stage of both runs; the worst element outside its interval becomes the failure. */
+static moe_status judge_stage(const moe_cmp_case *cc, moe_cmp_stage stage, judged *j, router *routers,
+                              moe_cmp_report *rep, moe_error *err) {
+    worst_element w = {0};
+    moe_status st = MOE_OK;
+    for (int k = REFERENCE; k <= CANDIDATE && !st && rep->ok; k++) {
+        const moe_run *r = j[k].run;
+        if (!r) continue;
+        if (stage == MOE_CMP_IDS) {
+            if (!(r->filled & MOE_STAGE_TOPK)) continue;
+            rep->stages_compared |= 1u << stage;
+            st = judge_ids(cc, &j[k], k, &routers[k], &rep->near_ties, rep, err);
+            if (!st && rep->ok) judge_nonfinite(&j[k], rep);
+            continue;
+        }
+        const stage_view v = view_of(stage, r, j[k].env);
+        if (!v.compared) continue;
+        rep->stages_compared |= 1u << stage;
+        scan_band(v.band, v.values, (size_t)cc->T * v.per_token, v.per_token, j[k].skip, k, &w);
+    }
+    if (w.bad) fill_failure(rep, stage, j, &w);
+    return st;
+}
+
+moe_status moe_compare_runs(const moe_cmp_case *cc, const moe_run *reference, const moe_run *candidate,
+                            const moe_envelope *env_reference, const moe_envelope *env_candidate,
                             moe_cmp_report *rep, moe_error *err) {
     if (!rep) return moe_fail(err, MOE_ERR_ARG, "compare: NULL report");
     memset(rep, 0, sizeof *rep);
     rep->ok = true;
     rep->first_stage = -1;
     rep->token = rep->slot = rep->expert = rep->element = -1;
-    if (!cc || !cc->cfg || !a) return moe_fail(err, MOE_ERR_ARG, "compare: NULL case or run");
-    const moe_config *c = cc->cfg;
-    const moe_run *runs[2] = {a, b};
-    for (int k = 0; k < 2; k++) {
-        const moe_run *r = runs[k];
-        if (!r) continue;
-        if (r->T != cc->T || r->D != c->D || r->I != c->I || r->R != c->R || r->K != c->K || r->S != c->S)
-            return moe_fail(err, MOE_ERR_ARG, "compare: run %s was made on another case", r->name);
-        if (r->opt.precision != a->opt.precision)
-            return moe_fail(err, MOE_ERR_ARG, "compare: runs %s and %s claim different contracts",
-                            a->name, r->name);
-    }
+    if (!cc || !cc->cfg || (!reference && !candidate))
+        return moe_fail(err, MOE_ERR_ARG, "compare: NULL case or no run");
+    judged j[2] = {{reference, env_reference, NULL}, {candidate, env_candidate, NULL}};
     moe_envelope *made[2] = {NULL, NULL};
-    const moe_envelope *envs[2] = {env_a, env_b};
-    moe_status st = MOE_OK;
-    for (int k = 0; k < 2 && !st; k++) {
-        if (!runs[k] || envs[k]) continue;
-        if (k == 1 && a->split_kind == b->split_kind && a->split_n == b->split_n) {
-            envs[1] = envs[0];
-            continue;
-        }
-        st = moe_envelope_build(cc, a->opt.precision, runs[k]->split_kind, runs[k]->split_n, &made[k], err);
-        envs[k] = made[k];
-    }
-    const int nj = b ? 2 : 1;
-    judged j[2] = {{a, envs[0], NULL}, {b, envs[1], NULL}};
-    for (int k = 0; k < nj && !st; k++) {
-        j[k].skip = calloc(cc->T > 0 ? (size_t)cc->T : 1, 1);
-        if (!j[k].skip) st = moe_fail(err, MOE_ERR_NOMEM, "compare: out of memory");
-        else
-            for (int t = 0; t < cc->T; t++) j[k].skip[t] = envs[k]->nonfinite[t];
-    }
     router routers[2];
     memset(routers, 0, sizeof routers);
-    const size_t T = (size_t)cc->T, G = (size_t)(c->R + c->S), KS = (size_t)(c->K + c->S);
-    const size_t KI = (size_t)c->K * c->I, KD = (size_t)c->K * c->D, SI = (size_t)c->S * c->I;
-    for (int stage = 0; stage < MOE_CMP_STAGE_COUNT && !st && rep->ok && T > 0; stage++) {
-        worst_element w = {0};
-        for (int k = 0; k < nj && !st && rep->ok; k++) {
-            const moe_run *r = j[k].run;
-            const moe_envelope *e = j[k].env;
-            bool inter = r->split_kind == MOE_SPLIT_NONE && r->pad_inter_to == 0;
-            switch ((moe_cmp_stage)stage) {
-            case MOE_CMP_LOGITS:
-                if (!(r->filled & MOE_STAGE_LOGITS)) break;
-                rep->stages_compared |= 1u << stage;
-                scan_band(&e->logits, r->logits, T * G, G, j[k].skip, k, &w);
-                break;
-            case MOE_CMP_IDS:
-                if (!(r->filled & MOE_STAGE_TOPK)) break;
-                rep->stages_compared |= 1u << stage;
-                st = judge_ids(cc, &j[k], k, &routers[k], &rep->near_ties, rep, err);
-                if (!st && rep->ok) judge_nonfinite(&j[k], rep);
-                break;
-            case MOE_CMP_WEIGHTS:
-                if (!(r->filled & MOE_STAGE_TOPK)) break;
-                rep->stages_compared |= 1u << stage;
-                scan_band(&e->weights, r->weights, T * KS, KS, j[k].skip, k, &w);
-                break;
-            case MOE_CMP_ROUTED_H:
-                if (!inter || !(r->filled & MOE_STAGE_ROUTED_H) || !KI) break;
-                rep->stages_compared |= 1u << stage;
-                scan_band(&e->routed_h, r->routed_h, T * KI, KI, j[k].skip, k, &w);
-                break;
-            case MOE_CMP_ROUTED_Y:
-                if (!inter || !(r->filled & MOE_STAGE_ROUTED_Y) || !KD) break;
-                rep->stages_compared |= 1u << stage;
-                scan_band(&e->routed_y, r->routed_y, T * KD, KD, j[k].skip, k, &w);
-                break;
-            case MOE_CMP_SINK_H:
-                if (!inter || !(r->filled & MOE_STAGE_SINK_H) || !SI) break;
-                rep->stages_compared |= 1u << stage;
-                scan_band(&e->sink_h, r->sink_h, T * SI, SI, j[k].skip, k, &w);
-                break;
-            case MOE_CMP_SINK_Y:
-                if (!inter || !(r->filled & MOE_STAGE_SINK_Y) || !c->S) break;
-                rep->stages_compared |= 1u << stage;
-                scan_band(&e->sink_y, r->sink_y, T * (size_t)c->D, (size_t)c->D, j[k].skip, k, &w);
-                break;
-            case MOE_CMP_OUTPUT:
-                rep->stages_compared |= 1u << stage;
-                scan_band(r->split_kind == MOE_SPLIT_NONE ? &e->out_unsplit : &e->out_split, r->out,
-                          T * (size_t)c->D, (size_t)c->D, j[k].skip, k, &w);
-                break;
-            default: break;
-            }
-        }
-        if (w.bad) fill_failure(rep, (moe_cmp_stage)stage, j, nj, &w);
+    moe_status st = check_runs(cc, j, err);
+    if (!st) st = prepare_judged(cc, j, made, err);
+    for (int stage = 0; stage < MOE_CMP_STAGE_COUNT && !st && rep->ok && cc->T > 0; stage++)
+        st = judge_stage(cc, (moe_cmp_stage)stage, j, routers, rep, err);
+    if (!st && rep->ok) {
+        const moe_run *one = reference ? reference : candidate;
+        if (reference && candidate)
+            snprintf(rep->msg, sizeof rep->msg, "ok: candidate %s and reference %s inside the %s envelope "
+                     "(%d near-tie token%s)", candidate->name, reference->name,
+                     moe_cmp_precision_name(one->opt.precision), rep->near_ties, rep->near_ties == 1 ? "" : "s");
+        else
+            snprintf(rep->msg, sizeof rep->msg, "ok: %s inside the %s envelope (%d near-tie token%s)", one->name,
+                     moe_cmp_precision_name(one->opt.precision), rep->near_ties, rep->near_ties == 1 ? "" : "s");
     }
-    if (rep->ok)
-        snprintf(rep->msg, sizeof rep->msg, "ok: %s%s%s inside the %s envelope (%d near-tie token%s)",
-                 a->name, b ? " and " : "", b ? b->name : "", precision_name(a->opt.precision),
-                 rep->near_ties, rep->near_ties == 1 ? "" : "s");
-    for (int k = 0; k < 2; k++) router_free(&routers[k]);
-    for (int k = 0; k < 2; k++) {
+    for (int k = REFERENCE; k <= CANDIDATE; k++) {
+        router_free(&routers[k]);
         free(j[k].skip);
         moe_envelope_free(made[k]);
     }
     return st;
-}
-
-/* Moves row tokens[i] of a [T, row] array to row i. Ascending tokens never overwrite a row
- * still to be read. */
-static void keep_rows(void *base, size_t row_bytes, const int *tokens, int n) {
-    if (!base) return;
-    for (int i = 0; i < n; i++)
-        if (tokens[i] != i)
-            memmove((char *)base + (size_t)i * row_bytes, (char *)base + (size_t)tokens[i] * row_bytes, row_bytes);
-}
-
-void moe_run_keep_tokens(moe_run *run, const int *tokens, int n) {
-    const size_t D = (size_t)run->D, I = (size_t)run->I, K = (size_t)run->K, S = (size_t)run->S;
-    keep_rows(run->out, D * sizeof(float), tokens, n);
-    keep_rows(run->logits, (size_t)(run->R + run->S) * sizeof(float), tokens, n);
-    keep_rows(run->ids, K * sizeof(int32_t), tokens, n);
-    keep_rows(run->weights, (K + S) * sizeof(float), tokens, n);
-    keep_rows(run->routed_h, K * I * sizeof(float), tokens, n);
-    keep_rows(run->routed_y, K * D * sizeof(float), tokens, n);
-    keep_rows(run->sink_h, S * I * sizeof(float), tokens, n);
-    keep_rows(run->sink_y, D * sizeof(float), tokens, n);
-    run->T = n;
 }
 
 moe_status moe_check_against_ref(const moe_backend *be, const moe_options *opt,
@@ -528,13 +414,13 @@ moe_status moe_check_against_ref(const moe_backend *be, const moe_options *opt,
     if (!opt || !cc) return moe_fail(err, MOE_ERR_ARG, "check: NULL options or case");
     moe_options ref_opt = moe_options_default();
     ref_opt.precision = opt->precision;
-    moe_run ref, path;
+    moe_run reference, candidate;
     moe_status st = moe_run_path(&moe_backend_ref, &ref_opt, cc->cfg, cc->w, MOE_SPLIT_NONE, 1, 0,
-                                 cc->T, cc->x, true, &ref, err);
-    if (!st) st = moe_run_path(be, opt, cc->cfg, cc->w, kind, n, pad, cc->T, cc->x, true, &path, err);
-    else memset(&path, 0, sizeof path);
-    if (!st) st = moe_compare_runs(cc, &ref, &path, NULL, NULL, rep, err);
-    moe_run_free(&ref);
-    moe_run_free(&path);
+                                 cc->T, cc->x, true, &reference, err);
+    if (!st) st = moe_run_path(be, opt, cc->cfg, cc->w, kind, n, pad, cc->T, cc->x, true, &candidate, err);
+    else memset(&candidate, 0, sizeof candidate);
+    if (!st) st = moe_compare_runs(cc, &reference, &candidate, NULL, NULL, rep, err);
+    moe_run_free(&reference);
+    moe_run_free(&candidate);
     return st;
 }

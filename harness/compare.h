@@ -1,8 +1,11 @@
 /*
  * compare.h: stage-by-stage comparison of two paths that claim the same precision contract.
  *
- * Rules (derivations in docs/tolerances.md):
+ * Rules (derivations in docs/tolerances.md; running a path is run_path.c, judging compare.c):
  *   - A path's results on one case are a moe_run: its output and the stages it filled.
+ *   - A comparison has two runs: the *reference* (the trusted run, what the other is judged
+ *     against: the reference backend, or a fresh instance in stress mode) and the *candidate*
+ *     (the run being judged). Every command, report and message names them so.
  *   - Both runs are judged against the contract's *envelope*: for every element of every stage,
  *     the interval that any correct implementation of the contract (exact or serving,
  *     contract.md [precision]) must land in, whatever its accumulation order. The envelope is
@@ -109,12 +112,16 @@ typedef enum {
 
 const char *moe_cmp_stage_name(moe_cmp_stage s);
 
+/* "exact", "serving" or "engine": the contract's name in run names and reports. */
+const char *moe_cmp_precision_name(moe_precision p);
+
 typedef struct {
     bool ok;                  /* both runs inside the envelope, ids agree */
     int first_stage;          /* moe_cmp_stage of the first divergence, -1 if ok */
-    char path[80];            /* the run that left the envelope (or "A vs B" for ids) */
+    char path[80];            /* the run that left the envelope (or whose ids are wrong) */
     int token, slot, expert, element; /* worst element of that stage (-1 where meaningless) */
-    double value_a, value_b;  /* the two runs' values there (NaN where a run lacks the stage) */
+    double value_reference;   /* the reference run's value there (NaN where it lacks the stage) */
+    double value_candidate;   /* the candidate run's value there (NaN where it lacks the stage) */
     double centre, lo, hi;    /* the exact value and the allowed interval */
     double err, tol;          /* |value - centre| and the half-width of the allowed interval */
     int near_ties;            /* tokens whose ids differed on a near-tie and were judged alike */
@@ -122,16 +129,19 @@ typedef struct {
     char msg[768];            /* one line: what diverged where, value against tolerance */
 } moe_cmp_report;
 
-/* Compares runs a and b (same precision, same case) stage by stage against the envelope(s).
- * env_a / env_b may be NULL (built here) or envelopes already built for the case, the runs'
- * precision and (for the output) the runs' split. Returns MOE_OK when the comparison itself
- * ran; the verdict is rep->ok. b may be NULL: then a alone is judged against the contract. */
-moe_status moe_compare_runs(const moe_cmp_case *cc, const moe_run *a, const moe_run *b,
-                            const moe_envelope *env_a, const moe_envelope *env_b,
+/* Compares the reference run (the trusted one, usually the reference backend unsplit with
+ * every stage) and the candidate run (the path being judged), same precision, same case, stage
+ * by stage against the envelope(s). Either may be NULL, not both: the other run is then judged
+ * alone against the contract. env_reference / env_candidate may be NULL (built here) or
+ * envelopes already built for the case, the runs' precision and (for the output) that run's
+ * split. Returns MOE_OK when the comparison itself ran; the verdict is rep->ok. */
+moe_status moe_compare_runs(const moe_cmp_case *cc, const moe_run *reference, const moe_run *candidate,
+                            const moe_envelope *env_reference, const moe_envelope *env_candidate,
                             moe_cmp_report *rep, moe_error *err);
 
-/* Convenience for unit tests of a path: runs backend (opt, split kind/n/pad) and the reference
- * (same precision, unsplit, with intermediates) on the case and compares them. */
+/* Convenience for unit tests of a path: runs backend (opt, split kind/n/pad) as the candidate
+ * and the reference (same precision, unsplit, with intermediates) on the case and compares
+ * them. */
 moe_status moe_check_against_ref(const moe_backend *backend, const moe_options *opt,
                                  const moe_cmp_case *cc, moe_split_kind kind, int n,
                                  int pad_inter_to, moe_cmp_report *rep, moe_error *err);

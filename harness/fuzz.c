@@ -68,12 +68,12 @@ bool fuzz_path_not_run(fuzz_path_result *r, moe_status st, const moe_run *run, c
     return true;
 }
 
-/* Runs one candidate path and compares it with the baseline. The reference runs on the sampled
- * tokens only; any other path runs on all of them and is cut down to the sample. */
-static moe_status candidate(fuzz_pool *pool, const moe_backend *be, const moe_options *opt, const fuzz_case *c,
-                            const moe_cmp_case *cc, fuzz_file *file, const case_tokens *ct, const moe_run *base,
-                            const moe_envelope *env, bool split, bool output_only,
-                            const char *path, fuzz_case_result *res, moe_error *err) {
+/* Runs one candidate path and compares it with the reference run. The reference backend runs
+ * on the sampled tokens only; any other path runs on all of them and is cut down to the sample. */
+static moe_status run_candidate(fuzz_pool *pool, const moe_backend *be, const moe_options *opt, const fuzz_case *c,
+                                const moe_cmp_case *cc, fuzz_file *file, const case_tokens *ct,
+                                const moe_run *reference, const moe_envelope *env, bool split, bool output_only,
+                                const char *path, fuzz_case_result *res, moe_error *err) {
     fuzz_path_result *r = fuzz_add_result(res, path, err);
     if (!r) return MOE_ERR_INTERNAL;
     moe_run run;
@@ -99,14 +99,14 @@ static moe_status candidate(fuzz_pool *pool, const moe_backend *be, const moe_op
     }
     if (all_tokens) moe_run_keep_tokens(&run, ct->tokens, ct->n);
     if (output_only) run.filled = 0;
-    st = moe_compare_runs(cc, base, &run, env, env, &r->rep, err);
+    st = moe_compare_runs(cc, reference, &run, env, env, &r->rep, err);
     r->outcome = r->rep.ok ? FUZZ_PASS : FUZZ_FAIL;
     moe_run_free(&run);
     return st;
 }
 
 /* Does any candidate run this contract here? (Without the reference's own paths, a contract
- * nobody runs needs no baseline: at real sizes that baseline costs minutes.) If none does, its
+ * nobody runs needs no reference run: at real sizes that run costs minutes.) If none does, its
  * candidate paths are reported SKIPPED with their reasons. */
 static moe_status contract_wanted(const fuzz_targets *tg, const moe_config *cfg, const moe_split *split,
                                   const moe_options *opt, const char *prec, fuzz_case_result *res,
@@ -181,6 +181,60 @@ static moe_status any_path_runs(const fuzz_case *c, const fuzz_targets *tg, fuzz
     return st;
 }
 
+/* What every path of one case shares: the case, its tokens, its comparison case and the
+ * candidates' round-trip layer (feature file). */
+typedef struct {
+    const fuzz_case *c;
+    const case_tokens *ct;
+    const moe_cmp_case *cc;
+    fuzz_file *file;
+} case_paths;
+
+/* The paths of one contract p: the reference run (unsplit, every stage), judged alone and
+ * split when the reference's own paths are asked for, then every candidate, unsplit and split. */
+static moe_status run_contract(const case_paths *cp, const fuzz_targets *tg, int p, fuzz_case_result *res,
+                               moe_error *err) {
+    const fuzz_case *c = cp->c;
+    const moe_cmp_case *cc = cp->cc;
+    const bool split = c->split != MOE_SPLIT_NONE;
+    const moe_split case_split = {c->split, c->n, 0, c->pad};
+    moe_options opt = moe_options_default();
+    opt.precision = contracts[p];
+    const char *prec = contract_names[p];
+    moe_options cand_opt = opt;
+    cand_opt.n_threads = tg->n_threads;
+    bool wanted;
+    moe_status st = contract_wanted(tg, &c->cfg, &case_split, &cand_opt, prec, res, &wanted, err);
+    if (st || !wanted) return st;
+    moe_run reference;
+    moe_envelope *env = NULL;
+    st = moe_run_path(&moe_backend_ref, &opt, cc->cfg, cc->w, MOE_SPLIT_NONE, 1, 0, cc->T, cc->x, true, &reference, err);
+    if (!st) st = moe_envelope_build(cc, opt.precision, c->split, c->n, &env, err);
+    char path[48];
+    if (!st && tg->ref_paths) {
+        snprintf(path, sizeof path, "ref/%s", prec);
+        fuzz_path_result *r = fuzz_add_result(res, path, err);
+        st = r ? moe_compare_runs(cc, &reference, NULL, env, NULL, &r->rep, err) : MOE_ERR_INTERNAL;
+        if (r) r->outcome = r->rep.ok ? FUZZ_PASS : FUZZ_FAIL;
+        if (!st && split) {
+            snprintf(path, sizeof path, "ref/%s/split", prec);
+            st = run_candidate(tg->pool, &moe_backend_ref, &opt, c, cc, cp->file, cp->ct, &reference, env, true,
+                               false, path, res, err);
+        }
+    }
+    for (int i = 0; i < tg->n_candidates && !st; i++) {
+        const moe_backend *be = tg->candidates[i];
+        for (int sp = 0; sp < 1 + split && !st; sp++) {
+            snprintf(path, sizeof path, "%s/%s%s", be->name, prec, sp ? "/split" : "");
+            st = run_candidate(tg->pool, be, &cand_opt, c, cc, cp->file, cp->ct, &reference, env, sp,
+                               tg->output_only, path, res, err);
+        }
+    }
+    moe_envelope_free(env);
+    moe_run_free(&reference);
+    return st;
+}
+
 moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_result *res,
                          moe_error *err) {
     memset(res, 0, sizeof *res);
@@ -199,49 +253,12 @@ moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_r
     if (tokens && n < c->T) xs = sample_rows(c, x, tokens, n, res);
     if (!tokens || (n < c->T && !xs)) {
         st = moe_fail(err, MOE_ERR_NOMEM, "fuzz: out of memory for the token sample");
-        goto done;
+    } else {
+        const case_tokens ct = {x, c->T, tokens, n};
+        const moe_cmp_case cc = {&c->cfg, &ld.w, n, xs ? xs : x};
+        const case_paths cp = {c, &ct, &cc, &file};
+        for (int p = tg->engine ? 2 : 0; p < (tg->engine ? 3 : 2) && !st; p++) st = run_contract(&cp, tg, p, res, err);
     }
-    const case_tokens ct = {x, c->T, tokens, n};
-    moe_cmp_case cc = {&c->cfg, &ld.w, n, xs ? xs : x};
-    const bool split = c->split != MOE_SPLIT_NONE;
-    const moe_split case_split = {c->split, c->n, 0, c->pad};
-    for (int p = tg->engine ? 2 : 0; p < (tg->engine ? 3 : 2) && !st; p++) {
-        moe_options opt = moe_options_default();
-        opt.precision = contracts[p];
-        const char *prec = contract_names[p];
-        moe_options cand_opt = opt;
-        cand_opt.n_threads = tg->n_threads;
-        bool wanted;
-        st = contract_wanted(tg, &c->cfg, &case_split, &cand_opt, prec, res, &wanted, err);
-        if (st || !wanted) continue;
-        moe_run base;
-        moe_envelope *env = NULL;
-        st = moe_run_path(&moe_backend_ref, &opt, cc.cfg, cc.w, MOE_SPLIT_NONE, 1, 0, cc.T, cc.x, true, &base, err);
-        if (!st) st = moe_envelope_build(&cc, opt.precision, c->split, c->n, &env, err);
-        char path[48];
-        if (!st && tg->ref_paths) {
-            snprintf(path, sizeof path, "ref/%s", prec);
-            fuzz_path_result *r = fuzz_add_result(res, path, err);
-            st = r ? moe_compare_runs(&cc, &base, NULL, env, NULL, &r->rep, err) : MOE_ERR_INTERNAL;
-            if (r) r->outcome = r->rep.ok ? FUZZ_PASS : FUZZ_FAIL;
-            if (!st && split) {
-                snprintf(path, sizeof path, "ref/%s/split", prec);
-                st = candidate(tg->pool, &moe_backend_ref, &opt, c, &cc, &file, &ct, &base, env, true, false, path, res, err);
-            }
-        }
-        for (int i = 0; i < tg->n_candidates && !st; i++) {
-            const moe_backend *be = tg->candidates[i];
-            snprintf(path, sizeof path, "%s/%s", be->name, prec);
-            st = candidate(tg->pool, be, &cand_opt, c, &cc, &file, &ct, &base, env, false, tg->output_only, path, res, err);
-            if (!st && split) {
-                snprintf(path, sizeof path, "%s/%s/split", be->name, prec);
-                st = candidate(tg->pool, be, &cand_opt, c, &cc, &file, &ct, &base, env, true, tg->output_only, path, res, err);
-            }
-        }
-        moe_envelope_free(env);
-        moe_run_free(&base);
-    }
-done:
     fuzz_file_close(&file);
     moe_layer_data_free(&ld);
     free(x);

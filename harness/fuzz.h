@@ -3,8 +3,8 @@
  *
  * Rules:
  *   - for each precision contract (exact, serving) the unsplit reference with all its stages
- *     is the baseline; it is judged against the contract envelope ("ref/<precision>"), then
- *     every candidate is run and compared with it stage by stage: the reference split as the
+ *     is the reference run; it is judged against the contract envelope ("ref/<precision>"),
+ *     then every candidate is run and compared with it stage by stage: the reference split as the
  *     case says ("ref/<precision>/split"), and each candidate backend unsplit and split
  *     ("<name>/<precision>", "<name>/<precision>/split");
  *   - a candidate that is unavailable or does not support the case is SKIPPED, never passed;
@@ -13,7 +13,7 @@
  *   - without the reference's own paths, a contract that no candidate can run is not computed
  *     (its candidate paths are reported SKIPPED with their reason);
  *   - with a pool, the candidates (and the reference's split) run on the pool's live layers, so
- *     on instances that ran the earlier cases of the same layer; the baseline always runs fresh;
+ *     on instances that ran the earlier cases of the same layer; the reference run is always fresh;
  *   - a case never holds more than FUZZ_MAX_PATHS path results: more fails the case loudly;
  *   - a failing case is shrunk greedily (fewer tokens, no features, simpler split, fewer
  *     experts, smaller D and I, plainer scales) while it still fails on the same path class.

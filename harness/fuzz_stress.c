@@ -13,64 +13,72 @@
 typedef struct {
     moe_cmp_stage stage;
     unsigned bit; /* MOE_STAGE_* that says the stage was filled; 0: the output, always */
-    const void *a, *b;
+    const void *reference, *candidate;
     int row;      /* 4-byte elements per token */
     bool is_int;
 } stage_array;
 
-bool fuzz_runs_identical(const moe_run *a, const moe_run *b, moe_cmp_report *rep) {
+/* The first element whose bits differ: the report names it, the fresh value the one expected. */
+static void fail_element(const stage_array *x, size_t i, const moe_run *candidate, moe_cmp_report *rep) {
+    const unsigned char *pr = (const unsigned char *)x->reference + 4 * i;
+    const unsigned char *pc = (const unsigned char *)x->candidate + 4 * i;
+    float fr, fc;
+    int32_t ir, ic;
+    memcpy(&fr, pr, 4), memcpy(&fc, pc, 4);
+    memcpy(&ir, pr, 4), memcpy(&ic, pc, 4);
+    rep->ok = false;
+    rep->first_stage = x->stage;
+    rep->token = (int)(i / (size_t)x->row);
+    rep->element = (int)(i % (size_t)x->row);
+    rep->value_reference = x->is_int ? ir : fr;
+    rep->value_candidate = x->is_int ? ic : fc;
+    /* the fresh value is the one expected, with no tolerance */
+    rep->centre = rep->lo = rep->hi = rep->value_reference;
+    rep->err = fabs(rep->value_candidate - rep->value_reference);
+    snprintf(rep->path, sizeof rep->path, "%s", candidate->name);
+    snprintf(rep->msg, sizeof rep->msg, "FAIL: %s after its history differs from a fresh "
+             "instance: stage %s, token %d, element %d: %.9g (bits %08x) against %.9g "
+             "(bits %08x, fresh)", candidate->name, moe_cmp_stage_name(x->stage), rep->token,
+             rep->element, rep->value_candidate, (unsigned)ic, rep->value_reference, (unsigned)ir);
+}
+
+bool fuzz_runs_identical(const moe_run *reference, const moe_run *candidate, moe_cmp_report *rep) {
+    const moe_run *f = reference, *c = candidate;
     memset(rep, 0, sizeof *rep);
     rep->ok = true;
     rep->first_stage = -1;
     rep->slot = rep->expert = -1;
-    const int G = a->R + a->S;
+    const int G = c->R + c->S;
     const stage_array arrays[] = {
-        {MOE_CMP_LOGITS, MOE_STAGE_LOGITS, a->logits, b->logits, G, false},
-        {MOE_CMP_IDS, MOE_STAGE_TOPK, a->ids, b->ids, a->K, true},
-        {MOE_CMP_WEIGHTS, MOE_STAGE_TOPK, a->weights, b->weights, a->K + a->S, false},
-        {MOE_CMP_ROUTED_H, MOE_STAGE_ROUTED_H, a->routed_h, b->routed_h, a->K * a->I, false},
-        {MOE_CMP_ROUTED_Y, MOE_STAGE_ROUTED_Y, a->routed_y, b->routed_y, a->K * a->D, false},
-        {MOE_CMP_SINK_H, MOE_STAGE_SINK_H, a->sink_h, b->sink_h, a->S * a->I, false},
-        {MOE_CMP_SINK_Y, MOE_STAGE_SINK_Y, a->sink_y, b->sink_y, a->D, false},
-        {MOE_CMP_OUTPUT, 0, a->out, b->out, a->D, false},
+        {MOE_CMP_LOGITS, MOE_STAGE_LOGITS, f->logits, c->logits, G, false},
+        {MOE_CMP_IDS, MOE_STAGE_TOPK, f->ids, c->ids, c->K, true},
+        {MOE_CMP_WEIGHTS, MOE_STAGE_TOPK, f->weights, c->weights, c->K + c->S, false},
+        {MOE_CMP_ROUTED_H, MOE_STAGE_ROUTED_H, f->routed_h, c->routed_h, c->K * c->I, false},
+        {MOE_CMP_ROUTED_Y, MOE_STAGE_ROUTED_Y, f->routed_y, c->routed_y, c->K * c->D, false},
+        {MOE_CMP_SINK_H, MOE_STAGE_SINK_H, f->sink_h, c->sink_h, c->S * c->I, false},
+        {MOE_CMP_SINK_Y, MOE_STAGE_SINK_Y, f->sink_y, c->sink_y, c->D, false},
+        {MOE_CMP_OUTPUT, 0, f->out, c->out, c->D, false},
     };
-    if (a->filled != b->filled || a->T != b->T) {
+    if (c->filled != f->filled || c->T != f->T) {
         rep->ok = false;
         rep->first_stage = MOE_CMP_OUTPUT;
         snprintf(rep->msg, sizeof rep->msg, "FAIL: %s after its history filled stages 0x%x for %d "
-                 "tokens, a fresh instance 0x%x for %d", a->name, a->filled, a->T, b->filled, b->T);
+                 "tokens, a fresh instance 0x%x for %d", c->name, c->filled, c->T, f->filled, f->T);
         return false;
     }
     for (size_t s = 0; s < sizeof arrays / sizeof arrays[0]; s++) {
         const stage_array *x = &arrays[s];
-        if (!x->a || !x->b || (x->bit && !(a->filled & x->bit))) continue;
+        if (!x->reference || !x->candidate || (x->bit && !(c->filled & x->bit))) continue;
         rep->stages_compared |= 1u << x->stage;
-        const size_t n = (size_t)a->T * (size_t)x->row;
-        const unsigned char *pa = x->a, *pb = x->b;
+        const size_t n = (size_t)c->T * (size_t)x->row;
         for (size_t i = 0; i < n; i++) {
-            if (!memcmp(pa + 4 * i, pb + 4 * i, 4)) continue;
-            float fa, fb;
-            int32_t ia, ib;
-            memcpy(&fa, pa + 4 * i, 4), memcpy(&fb, pb + 4 * i, 4);
-            memcpy(&ia, pa + 4 * i, 4), memcpy(&ib, pb + 4 * i, 4);
-            rep->ok = false;
-            rep->first_stage = x->stage;
-            rep->token = (int)(i / (size_t)x->row);
-            rep->element = (int)(i % (size_t)x->row);
-            rep->value_a = x->is_int ? ia : fa;
-            rep->value_b = x->is_int ? ib : fb;
-            /* the fresh value is the one expected, with no tolerance */
-            rep->centre = rep->lo = rep->hi = rep->value_b;
-            rep->err = fabs(rep->value_a - rep->value_b);
-            snprintf(rep->path, sizeof rep->path, "%s", a->name);
-            snprintf(rep->msg, sizeof rep->msg, "FAIL: %s after its history differs from a fresh "
-                     "instance: stage %s, token %d, element %d: %.9g (bits %08x) against %.9g "
-                     "(bits %08x, fresh)", a->name, moe_cmp_stage_name(x->stage), rep->token,
-                     rep->element, rep->value_a, (unsigned)ia, rep->value_b, (unsigned)ib);
-            return false;
+            if (memcmp((const char *)x->reference + 4 * i, (const char *)x->candidate + 4 * i, 4)) {
+                fail_element(x, i, c, rep);
+                return false;
+            }
         }
     }
-    snprintf(rep->msg, sizeof rep->msg, "ok: %s after its history equals a fresh instance bit for bit", a->name);
+    snprintf(rep->msg, sizeof rep->msg, "ok: %s after its history equals a fresh instance bit for bit", c->name);
     return true;
 }
 
@@ -92,7 +100,7 @@ static void odd_one_out(const moe_run *lived, const moe_run *fresh, const moe_ba
     moe_cmp_report ignored;
     const char *verdict = "a second fresh instance could not run";
     if (!fuzz_run_on(NULL, be, opt, &in->c->cfg, &in->ld->w, kind, n, pad, in->c->T, in->x, &again, &err)) {
-        if (fuzz_runs_identical(lived, &again, &ignored)) verdict = "a second fresh instance equals the live one: the first fresh run was wrong";
+        if (fuzz_runs_identical(&again, lived, &ignored)) verdict = "a second fresh instance equals the live one: the first fresh run was wrong";
         else if (fuzz_runs_identical(fresh, &again, &ignored)) verdict = "a second fresh instance equals the first: the live instance was wrong";
         else verdict = "a second fresh instance differs from both";
     }
@@ -122,7 +130,7 @@ static moe_status stress_path(const fuzz_targets *tg, const moe_backend *be, con
     }
     st = fuzz_run_on(NULL, be, opt, &c->cfg, &in->ld->w, kind, n, pad, c->T, in->x, &fresh, &run_err);
     if (!fuzz_path_not_run(r, st, &fresh, &run_err)) {
-        r->outcome = fuzz_runs_identical(&lived, &fresh, &r->rep) ? FUZZ_PASS : FUZZ_FAIL;
+        r->outcome = fuzz_runs_identical(&fresh, &lived, &r->rep) ? FUZZ_PASS : FUZZ_FAIL;
         if (r->outcome == FUZZ_FAIL) odd_one_out(&lived, &fresh, be, opt, in, kind, n, pad, &r->rep);
     }
     moe_run_free(&lived);

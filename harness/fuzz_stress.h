@@ -24,9 +24,10 @@
 moe_status fuzz_stress_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_result *res,
                             moe_error *err);
 
-/* Compares two runs of one path bit for bit (output, then every stage both filled). True when
+/* Compares two runs of one path bit for bit (every stage both filled, then the output): the
+ * reference is a fresh instance's run, the candidate one that may have a history. True when
  * equal; otherwise rep names the first differing stage, token and element. */
-bool fuzz_runs_identical(const moe_run *lived, const moe_run *fresh, moe_cmp_report *rep);
+bool fuzz_runs_identical(const moe_run *reference, const moe_run *candidate, moe_cmp_report *rep);
 
 #define FUZZ_STRESS_LAYERS 4
 #define FUZZ_STRESS_RECENT 16

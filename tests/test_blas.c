@@ -314,7 +314,7 @@ static bool caught(const moe_layer_data *clean, const moe_weights *corrupt, int 
     assert_int_equal(moe_run_path(&moe_backend_blas, &opt, &clean->cfg, corrupt, kind, n, 0, T, x,
                                   true, &run, &err),
                      MOE_OK);
-    assert_int_equal(moe_compare_runs(&cc, &run, NULL, NULL, NULL, &rep, &err), MOE_OK);
+    assert_int_equal(moe_compare_runs(&cc, NULL, &run, NULL, NULL, &rep, &err), MOE_OK);
     if (!rep.ok) printf("  planted %s: caught: %s\n", label, rep.msg);
     moe_run_free(&run);
     return !rep.ok;
@@ -377,10 +377,10 @@ static void test_planted_bugs_are_caught(void **state) {
     assert_int_equal(moe_run_path(&moe_backend_blas, &two, &ld.cfg, &ld.w, MOE_SPLIT_NONE, 1, 0, T,
                                   x, true, &run, &err),
                      MOE_OK);
-    assert_int_equal(moe_compare_runs(&cc, &run, NULL, NULL, NULL, &rep, &err), MOE_OK);
+    assert_int_equal(moe_compare_runs(&cc, NULL, &run, NULL, NULL, &rep, &err), MOE_OK);
     assert_true(rep.ok);
     run.weights[7 * (mid_cfg.K + mid_cfg.S) + 1] *= 1.0f + 0x1p-12f;
-    assert_int_equal(moe_compare_runs(&cc, &run, NULL, NULL, NULL, &rep, &err), MOE_OK);
+    assert_int_equal(moe_compare_runs(&cc, NULL, &run, NULL, NULL, &rep, &err), MOE_OK);
     assert_false(rep.ok);
     printf("  planted weight off by 2^-12: caught: %s\n", rep.msg);
     moe_run_free(&run);

@@ -265,7 +265,18 @@ static void test_diff(void **state) {
     const char *model = CASES_DIR "/ep3_padding/model", *in = CASES_DIR "/ep3_padding/input.safetensors";
     const char *agree[] = {"--model", model, "--input", in, "--backend", "ref", "--ep", "3", NULL};
     assert_int_equal(run_command("diff", agree), 0);
-    assert_non_null(strstr(text_of(out_text_path), "ok: ref/serving/ep3 and ref/serving"));
+    assert_non_null(strstr(text_of(out_text_path), "candidate ref/serving/ep3, reference ref/serving"));
+    assert_non_null(strstr(text_of(out_text_path), "ok: candidate ref/serving/ep3 and reference ref/serving"));
+    /* the reference by its name, and by its older name --against; not both */
+    const char *named[] = {"--model", model, "--input", in, "--backend", "ref", "--ep", "3", "--reference", "ref", NULL};
+    assert_int_equal(run_command("diff", named), 0);
+    assert_non_null(strstr(text_of(out_text_path), "ok: candidate ref/serving/ep3 and reference ref/serving"));
+    const char *older[] = {"--model", model, "--input", in, "--backend", "ref", "--against", "mutant:gate_up_swap", NULL};
+    assert_int_equal(run_command("diff", older), 1);
+    assert_non_null(strstr(text_of(out_text_path), "reference mutant:gate_up_swap/serving"));
+    const char *both[] = {"--model", model, "--input", in, "--backend", "ref", "--reference", "ref", "--against", "ref", NULL};
+    assert_int_equal(run_command("diff", both), 2);
+    assert_non_null(strstr(text_of(err_path), "argument --reference: cannot be combined with --against"));
     const char *planted[] = {"--model", model, "--input", in, "--backend", "mutant:gate_up_swap", NULL};
     assert_int_equal(run_command("diff", planted), 1);
     assert_non_null(strstr(text_of(out_text_path), "first diverging stage"));

@@ -59,10 +59,10 @@ static void run_ref(fixture *f, moe_precision p, moe_split_kind kind, int n, moe
     if (st) fail_msg("run: %s", err.msg);
 }
 
-static void expect_stage(fixture *f, const moe_run *a, const moe_run *b, int stage) {
+static void expect_stage(fixture *f, const moe_run *reference, const moe_run *candidate, int stage) {
     moe_cmp_report rep;
     moe_error err;
-    assert_int_equal(moe_compare_runs(&f->cc, a, b, NULL, NULL, &rep, &err), MOE_OK);
+    assert_int_equal(moe_compare_runs(&f->cc, reference, candidate, NULL, NULL, &rep, &err), MOE_OK);
     if (stage < 0 && !rep.ok) fail_msg("unexpected failure: %s", rep.msg);
     if (stage >= 0) {
         if (rep.ok) fail_msg("expected a failure at stage %s, got: %s", moe_cmp_stage_name(stage), rep.msg);
@@ -116,6 +116,15 @@ static void test_logit_moved(void **state) {
         mag += fabs((double)moe_bf16_to_f32(f.x[f.cfg.D + d]) * (double)moe_bf16_to_f32(f.ld.gate_w[2 * f.cfg.D + d]));
     b.logits[(f.cfg.R + f.cfg.S) + 2] += (float)(16.0 * f.cfg.D * 0x1p-24 * mag);
     expect_stage(&f, &a, &b, MOE_CMP_LOGITS);
+    /* the report holds each run's own value; a candidate alone has no reference value */
+    const size_t moved = (size_t)(f.cfg.R + f.cfg.S) + 2;
+    moe_cmp_report rep;
+    moe_error err;
+    assert_int_equal(moe_compare_runs(&f.cc, &a, &b, NULL, NULL, &rep, &err), MOE_OK);
+    assert_true(rep.value_reference == a.logits[moved] && rep.value_candidate == b.logits[moved]);
+    assert_int_equal(moe_compare_runs(&f.cc, NULL, &b, NULL, NULL, &rep, &err), MOE_OK);
+    assert_true(!rep.ok && rep.first_stage == MOE_CMP_LOGITS);
+    assert_true(isnan(rep.value_reference) && rep.value_candidate == b.logits[moved]);
     moe_run_free(&a);
     moe_run_free(&b);
     fixture_free(&f);

@@ -682,6 +682,7 @@ static const hostile_case cases[] = {
     {"diff, --precision bad", NULL, {DIFF, "--precision", "fp8"}, "argument --precision"},
     {"diff, --backend nope", NULL, {"diff", "--model", "$M", "--input", "$I", "--backend", "nope"}, "argument --backend: unknown backend 'nope'"},
     {"diff, --against nope", NULL, {DIFF, "--against", "nope"}, "argument --against: unknown backend 'nope'"},
+    {"diff, --reference nope", NULL, {DIFF, "--reference", "nope"}, "argument --reference: unknown backend 'nope'"},
     {"diff, trailing option", NULL, {DIFF, "--against"}, "argument --against: needs a value"},
     {"diff, stray word", NULL, {DIFF, "now"}, "argument 'now': unexpected"},
     {"diff, control characters in a tensor name", p_st_newline_name, {DIFF}, "tensor evil\\nline2"},
