@@ -15,10 +15,10 @@
  *   - options are read by the one parser (cli_args.h); exit status 0 pass, 1 fail, 2 bad usage
  *     or input (one line naming the file, tensor or option).
  */
-#include "../common/checkpoint.h"
 #include "case_files.h"
 #include "cli_args.h"
 #include "commands.h"
+#include "layer_input.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,18 +127,10 @@ int cmd_check(int argc, char **argv) {
     if (rc >= 0) return rc;
     moe_error err;
     moe_error_clear(&err);
-    moe_checkpoint ck;
-    moe_config cfg;
-    moe_weights w;
-    int T = 0, layer = -1;
-    uint16_t *x = NULL;
-    moe_status st = moe_checkpoint_open(a.model, &ck, &err);
-    if (st) return cli_fail("check", "%s", err.msg);
-    st = moe_checkpoint_layer(&ck, a.layer, &layer, &cfg, &w, &err);
-    if (!st) st = moe_read_input(a.input, cfg.D, &T, &x, &err);
-    rc = st ? 2 : judge(&a, layer, &cfg, &w, T, x, &err);
+    layer_input li;
+    moe_status st = layer_input_open(a.model, a.layer, a.input, &li, &err);
+    rc = st ? 2 : judge(&a, li.layer, &li.cfg, &li.w, li.T, li.x, &err);
     if (rc == 2) cli_fail("check", "%s", err.msg);
-    free(x);
-    moe_checkpoint_close(&ck);
+    layer_input_close(&li);
     return rc;
 }

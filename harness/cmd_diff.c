@@ -11,11 +11,10 @@
  *     its tolerance; exit status 0 agree, 1 diverge, 2 bad usage or input (one line on
  *     stderr naming the file, tensor or field).
  */
-#include "../common/checkpoint.h"
-#include "../common/safetensors.h"
 #include "cli_args.h"
 #include "commands.h"
 #include "compare.h"
+#include "layer_input.h"
 #include "paths.h"
 
 #include <stdio.h>
@@ -68,7 +67,11 @@ static int parse(int argc, char **argv, diff_args *a) {
 
 /* Runs both paths on the layer and prints the verdict; returns the exit status. */
 static int judge(const diff_args *a, const moe_backend *candidate_path, const moe_backend *reference_path,
-                 int layer, const moe_config *cfg, const moe_weights *w, int T, const uint16_t *x) {
+                 const layer_input *li) {
+    const moe_config *cfg = &li->cfg;
+    const moe_weights *w = &li->w;
+    const int T = li->T;
+    const uint16_t *x = li->x;
     moe_error err;
     moe_error_clear(&err);
     moe_options opt = moe_options_default();
@@ -84,7 +87,7 @@ static int judge(const diff_args *a, const moe_backend *candidate_path, const mo
     if (st) {
         cli_fail("diff", "%s", err.msg);
     } else {
-        printf("layer %d, T = %d: candidate %s, reference %s\n", layer, T, candidate.name, reference.name);
+        printf("layer %d, T = %d: candidate %s, reference %s\n", li->layer, T, candidate.name, reference.name);
         printf("stages compared:");
         for (int s = 0; s < MOE_CMP_STAGE_COUNT; s++)
             if (rep.stages_compared & (1u << s)) printf(" %s", moe_cmp_stage_name((moe_cmp_stage)s));
@@ -108,17 +111,9 @@ int cmd_diff(int argc, char **argv) {
     const moe_backend *reference = candidate ? moe_path_open(a.reference, &err) : NULL;
     if (!candidate || !reference)
         return cli_fail("diff", "argument %s: %s", candidate ? a.reference_option : "--backend", err.msg);
-    moe_checkpoint ck;
-    moe_config cfg;
-    moe_weights w;
-    int T = 0, layer = -1;
-    uint16_t *x = NULL;
-    moe_status st = moe_checkpoint_open(a.model, &ck, &err);
-    if (st) return cli_fail("diff", "%s", err.msg);
-    st = moe_checkpoint_layer(&ck, a.layer, &layer, &cfg, &w, &err);
-    if (!st) st = moe_read_input(a.input, cfg.D, &T, &x, &err);
-    rc = st ? cli_fail("diff", "%s", err.msg) : judge(&a, candidate, reference, layer, &cfg, &w, T, x);
-    free(x);
-    moe_checkpoint_close(&ck);
+    layer_input li;
+    moe_status st = layer_input_open(a.model, a.layer, a.input, &li, &err);
+    rc = st ? cli_fail("diff", "%s", err.msg) : judge(&a, candidate, reference, &li);
+    layer_input_close(&li);
     return rc;
 }
