@@ -10,7 +10,9 @@
 #   make fuzz-parse      libFuzzer on the safetensors and config.json parsers (FUZZ_PARSE_SECONDS)
 #   make golden          regenerate golden/cases with the NumPy generator (golden-check: compare)
 #   make bench-cpu       reference vs OpenBLAS path on Inkling-Small (BENCH_ARGS; minutes)
-#   make cuda-check      build the CUDA path's real-shape check and timer (run it on a GPU host)
+#   make bench-cuda      the kernel lab over T on a GPU host: CSV per stage and T, and its PNG
+#   make bench-plot      the PNG of a lab CSV on any machine (CSV=FILE; installs gnuplot-nox)
+#   make cuda-check      build the CUDA path (nvcc) and the kernel lab, `inkling-moe lab` (run it on a GPU host)
 #   make examples        the example plugins and worker (examples/; docs/external-paths.md)
 #   make fuzz-external   fuzz the example plugin and worker (EXTERNAL_SECONDS); the planted bug must fail
 #   make install         the tool, library, headers and inkling-moe.pc under PREFIX (/usr/local)
@@ -239,15 +241,38 @@ $(TOOL): harness/main.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
-# The CUDA path at the real shape on a GPU: correctness on sampled tokens, determinism, stage
-# timings (opt/cuda/check/cuda_check.c; needs nvcc, runs only where an sm_90 GPU is).
+# The CUDA path built with nvcc (warnings as errors) into the tool, whose `lab` command is the
+# kernel lab: every CUDA variant at a real shape on a GPU, checked and timed per stage
+# (harness/lab.h; runs only where an sm_90 GPU is).
 .PHONY: cuda-check
-cuda-check: config $(BUILD)/bin/cuda-check
-
-$(BUILD)/bin/cuda-check: opt/cuda/check/cuda_check.c $(LIB)
+cuda-check: config $(TOOL)
 	@test -n "$(CUDA_SRC)" || { echo "cuda-check needs nvcc"; exit 1; }
-	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
+	@echo "cuda-check: built; on a GPU host: $(TOOL) lab --variant all (inkling-moe lab --help)"
+
+# The CUDA benchmark on a GPU host (not part of make test): the kernel lab over every CUDA
+# variant, Inkling-Small at T = 1, 8, 64, 512, 4096 and Inkling at T = 1, 64, into one CSV (a row
+# per shape, variant, T and stage; columns in harness/lab.h) under $(BENCH_CUDA_DIR), with the
+# lab's logs, then its pictures where gnuplot is (else: make bench-plot CSV=... anywhere).
+BENCH_CUDA_DIR   ?= $(BUILD)/bench-cuda
+BENCH_CUDA_ITERS ?= 20
+BENCH_CUDA_ARGS  ?= --variant all --check 1
+.PHONY: bench-cuda bench-plot
+bench-cuda: config $(TOOL)
+	@mkdir -p $(BENCH_CUDA_DIR); csv=$(BENCH_CUDA_DIR)/bench-cuda.csv; rm -f $$csv; \
+	for run in "inkling-small 1,8,64,512,4096" "inkling 1,64"; do set -- $$run; \
+	    { $(TOOL) lab --shape $$1 --tokens $$2 --iters $(BENCH_CUDA_ITERS) $(BENCH_CUDA_ARGS) \
+	        --csv $$csv 2>&1; echo $$? > $(BENCH_CUDA_DIR)/$$1.rc; } | tee $(BENCH_CUDA_DIR)/$$1.log; \
+	    rc=$$(cat $(BENCH_CUDA_DIR)/$$1.rc); [ $$rc -eq 0 ] || { echo "bench-cuda: lab exit $$rc on $$1"; exit $$rc; }; \
+	done; \
+	if command -v gnuplot >/dev/null 2>&1; then sh harness/bench/plot.sh $$csv; \
+	else echo "bench-cuda: no gnuplot here; draw it anywhere: make bench-plot CSV=$$csv"; fi
+
+# The pictures of a lab CSV (harness/bench/plot.sh), on any machine: gnuplot-nox is installed
+# if missing. PLOT_PREFIX: where the PNGs go (default: the CSV's path without .csv).
+bench-plot:
+	@test -n "$(CSV)" || { echo "usage: make bench-plot CSV=FILE [PLOT_PREFIX=PATH]"; exit 2; }
+	@sh ./install-deps.sh --plot
+	@sh harness/bench/plot.sh $(CSV) $(PLOT_PREFIX)
 
 $(BUILD)/tests/%: tests/%.c $(LIB)
 	@mkdir -p $(dir $@)

@@ -4,6 +4,8 @@
 #   Debian: build-essential pkg-config libopenblas-dev libcmocka-dev libcjson-dev clang
 #           libclang-rt-dev (libFuzzer and sanitizer runtimes)
 #   PyPI (golden generation only): the versions pinned in golden/requirements.txt
+#   --plot: gnuplot-nox as well (make bench-plot and make bench-cuda only: the PNG of a
+#           kernel-lab CSV); nothing else needs it
 set -eu
 want=""
 have_pc() { pkg-config --exists "$1" 2>/dev/null; }
@@ -18,6 +20,7 @@ else
 fi
 command -v clang >/dev/null 2>&1 || want="$want clang"
 ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || want="$want libclang-rt-dev"
+[ "${1:-}" = "--plot" ] && ! command -v gnuplot >/dev/null 2>&1 && want="$want gnuplot-nox"
 if [ -n "$want" ]; then
     echo "install-deps: installing:$want"
     if [ "$(id -u)" != 0 ]; then

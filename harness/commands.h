@@ -16,5 +16,6 @@ int cmd_fuzz(int argc, char **argv);     /* harness/cmd_fuzz.c */
 int cmd_inspect(int argc, char **argv);  /* harness/cmd_inspect.c */
 int cmd_export(int argc, char **argv);   /* harness/cmd_export.c */
 int cmd_check(int argc, char **argv);    /* harness/cmd_check.c */
+int cmd_lab(int argc, char **argv);      /* harness/cmd_lab.c */
 
 #endif

@@ -357,6 +357,19 @@ static void feature_scale2(moe_layer_data *ld, moe_rng *rng) {
     }
 }
 
+/* The input's seed: the case seed, or a variant of it (same weights, another input). */
+static uint64_t input_seed(const fuzz_case *c) {
+    return c->input > 0 ? moe_rng_hash(c->seed, 0x1297, (uint64_t)c->input) : c->seed;
+}
+
+moe_status fuzz_case_input(const fuzz_case *c, uint16_t **xp, moe_error *err) {
+    const int T = c->T, D = c->cfg.D;
+    *xp = malloc(((size_t)T * D > 0 ? (size_t)T * D : 1) * sizeof(uint16_t));
+    if (!*xp) return moe_fail(err, MOE_ERR_NOMEM, "case: out of memory for x [%d, %d]", T, D);
+    moe_random_input(T, D, input_seed(c), *xp);
+    return MOE_OK;
+}
+
 moe_status fuzz_case_build(const fuzz_case *c, moe_layer_data *ld, uint16_t **xp, moe_error *err) {
     *xp = NULL;
     moe_status st = fuzz_case_validate(c, err);
@@ -364,14 +377,13 @@ moe_status fuzz_case_build(const fuzz_case *c, moe_layer_data *ld, uint16_t **xp
     st = moe_layer_data_random(&c->cfg, c->seed, ld, err);
     if (st) return st;
     const int T = c->T, D = c->cfg.D, I = c->cfg.I, R = c->cfg.R;
-    uint16_t *x = malloc(((size_t)T * D > 0 ? (size_t)T * D : 1) * sizeof(uint16_t));
-    if (!x) {
+    uint16_t *x;
+    st = fuzz_case_input(c, &x, err);
+    if (st) {
         moe_layer_data_free(ld);
-        return moe_fail(err, MOE_ERR_NOMEM, "case: out of memory for x [%d, %d]", T, D);
+        return st;
     }
-    /* the input's seed: the case seed, or a variant of it (same weights, another input) */
-    const uint64_t xseed = c->input > 0 ? moe_rng_hash(c->seed, 0x1297, (uint64_t)c->input) : c->seed;
-    moe_random_input(T, D, xseed, x);
+    const uint64_t xseed = input_seed(c);
     unsigned f = c->features;
     bool mx = c->cfg.routed_format == MOE_ROUTED_MXFP4;
     moe_rng rng[FZ_FEATURE_COUNT];

@@ -47,6 +47,10 @@ enum {
     FZ_FEATURE_COUNT = 13
 };
 
+/* The features that change the input x (and the layer according to it): without them, a case's
+ * layer is the same whatever its T and input, and fuzz_case_input gives the case's whole x. */
+#define FZ_INPUT_FEATURES (FZ_NONFINITE | FZ_ALLHIT | FZ_NEGLOGIT | FZ_BIASTIE)
+
 const char *fuzz_feature_name(int bit_index);
 
 typedef struct {
@@ -74,6 +78,9 @@ int fuzz_case_sampled_tokens(const fuzz_case *c, int *tokens);
 
 /* The case's layer and input: ld owned (free with moe_layer_data_free), *x malloc'ed [T, D]. */
 moe_status fuzz_case_build(const fuzz_case *c, moe_layer_data *ld, uint16_t **x, moe_error *err);
+/* The case's input before its features: *x malloc'ed [T, D] (the whole input when the case
+ * has none of FZ_INPUT_FEATURES), without building the layer. */
+moe_status fuzz_case_input(const fuzz_case *c, uint16_t **x, moe_error *err);
 
 /* ---------------------------------------------------------------- suites */
 

@@ -15,6 +15,7 @@ static const moe_command commands[] = {
     {"export", "write a fuzz case as a checkpoint, input and expected outputs for any engine", cmd_export},
     {"check", "judge an outputs file written by any implementation against the contract", cmd_check},
     {"backends", "list the paths this build knows and whether they can run here", cmd_backends},
+    {"lab", "the CUDA variants on one layer: checked against the reference, timed per stage", cmd_lab},
 };
 
 static void usage(FILE *f) {

@@ -523,6 +523,9 @@ static const hostile_case cases[] = {
     {"unknown command, escape", NULL, {"\x1b[2J"}, "unknown command '\\x1B[2J'"},
     {"unknown command, bad utf-8", NULL, {"r\xffun"}, "'r\\xFFun'"},
     {"backends, stray option", NULL, {"backends", "--x"}, "argument --x: unknown option"},
+    {"lab, stray option", NULL, {"lab", "--x"}, "argument --x: unknown option"},
+    {"lab, --variant with a newline", NULL, {"lab", "--variant", "cu\nda"}, "cu\\nda is not a path"},
+    {"lab, --csv a directory", NULL, {"lab", "--csv", "$D"}, "cannot open"},
     /* ---- run: options */
     {"run, no options", NULL, {"run"}, "argument --model: missing"},
     {"run, no --input", NULL, {"run", "--model", "$M", "--out", "$O"}, "argument --input: missing"},

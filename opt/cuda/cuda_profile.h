@@ -1,5 +1,5 @@
 /*
- * cuda_profile.h: stage timing of the CUDA path, for the device check program (make cuda-check).
+ * cuda_profile.h: stage timing of the CUDA path, for the kernel lab (inkling-moe lab, harness/lab.h).
  * Exists only in builds made with nvcc; the CUDA backend's state is the `void *` that
  * moe_backend_cuda.create() returns.
  *

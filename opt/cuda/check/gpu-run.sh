@@ -7,7 +7,8 @@
 #   nightly  the nightly suite's real-model cases on the CUDA path (sampled tokens)
 #   realbf16 the real-size bf16 layers (suite real-bf16; about 40-90 GB of host memory)
 #   san      compute-sanitizer memcheck and racecheck over smoke cases of the CUDA path
-#   time     cuda-check: real-shape correctness on sampled tokens and per-stage timings
+#   time     the kernel lab (inkling-moe lab): real-shape correctness on sampled tokens, per-stage timings
+#   bench    make bench-cuda: every CUDA variant over T, CSV per stage and T (and its PNG if gnuplot is here)
 set -u
 LOG_DIR=${LOG_DIR:-build/gpu-logs}
 B=build/gpu
@@ -49,7 +50,11 @@ for s in "$@"; do
   time)
     step time
     make BUILD=$B cuda-check > /dev/null 2>&1
-    $B/bin/cuda-check --iters 30 > "$LOG_DIR/cuda-check.log" 2>&1; echo "cuda-check rc=$?"; tail -30 "$LOG_DIR/cuda-check.log" ;;
+    $TOOL lab --iters 30 > "$LOG_DIR/lab.log" 2>&1; echo "lab rc=$?"; tail -30 "$LOG_DIR/lab.log" ;;
+  bench)
+    step bench
+    make BUILD=$B bench-cuda > "$LOG_DIR/bench-cuda.log" 2>&1; echo "bench-cuda rc=$?"
+    grep -E "^T = |layer on device|SKIPPED|FAIL|plot.sh" "$LOG_DIR/bench-cuda.log" | tail -40 ;;
   *) echo "gpu-run: unknown step $s"; exit 2 ;;
   esac
 done

@@ -1,0 +1,121 @@
+/*
+ * lab.h: the kernel lab (`inkling-moe lab`): every CUDA variant of the layer run on the same
+ * case, each judged against the reference's result and timed stage by stage against its floor.
+ *
+ * Rules:
+ *   - the layer and its inputs come from the harness's case generator (fuzz_case.h): a case
+ *     line, or a named real shape that stands for one (lab_shape_case); the lab runs that layer
+ *     at every T of its list, so the case may hold no feature that changes the input
+ *     (FZ_INPUT_FEATURES); the inputs at T are the case at T with input = 0..LAB_ROTATE-1;
+ *   - the variants are the registry's entries (common/layer.c) that the CUDA backend's stage
+ *     timer can drive: those whose forward entry is the CUDA backend's (lab_cuda_variants);
+ *     "all" is every one of them, in registry order, never a list written here;
+ *   - a stage's floor is max(bytes / LAB_COPY_BW, flops / LAB_BF16_RATE) (contract.md
+ *     [floors]); bytes are the fewest the stage must move (the weights of the distinct experts
+ *     the batch selected, read once; activations read and written once);
+ *   - the CSV has one row per (shape, variant, T, stage); its columns are LAB_CSV_HEADER;
+ *   - without a GPU (or in a build without CUDA) nothing is timed or judged: the lab says
+ *     SKIPPED with the reason and exits LAB_EXIT_SKIPPED, never 0.
+ * Library code: returns moe_status, never exits.
+ */
+#ifndef INKLING_LAB_H
+#define INKLING_LAB_H
+
+#include "fuzz_case.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#define LAB_COPY_BW 4.2e12   /* bytes/s, device copy on an H200 (contract.md [floors]) */
+#define LAB_BF16_RATE 7.8e14 /* FLOP/s, dense bf16 on an H200 (contract.md [floors]) */
+#define LAB_ROTATE 4         /* inputs timed in turn, so no call finds the last one's input */
+#define LAB_MAX_T 16
+#define LAB_MAX_VARIANTS 16
+#define LAB_EXIT_SKIPPED 77  /* nothing could run here (no GPU, or no CUDA in this build) */
+
+/* The stages the CUDA backend times (opt/cuda/cuda_profile.h), in its order, plus the host's
+ * wall clock of one whole forward call. */
+typedef enum {
+    LAB_UPLOAD = 0,
+    LAB_GATE,
+    LAB_ROUTE,
+    LAB_GROUP,
+    LAB_GEMM1,
+    LAB_GEMM2,
+    LAB_COMBINE,
+    LAB_DOWNLOAD,
+    LAB_SINK_GEMM1,
+    LAB_SINK_SWIGLU,
+    LAB_SINK_GEMM2,
+    LAB_DEVICE, /* upload's end to combine's end: the layer on the device */
+    LAB_HOST,   /* one forward call on the host's clock, transfers included */
+    LAB_STAGE_COUNT
+} lab_stage_id;
+
+typedef struct {
+    const char *name;   /* "GEMM1+SwiGLU"; the CSV's stage column */
+    double bytes;       /* the fewest bytes the stage moves */
+    double flops;
+} lab_stage;
+
+/* What the lab reports: the stages of one kernel, or all (the "lab experts"). */
+typedef enum { LAB_FOCUS_LAYER = 0, LAB_FOCUS_EXPERTS, LAB_FOCUS_GATE, LAB_FOCUS_ROUTE,
+               LAB_FOCUS_GROUP, LAB_FOCUS_SINKS, LAB_FOCUS_COMBINE, LAB_FOCUS_TRANSFERS } lab_focus;
+#define LAB_FOCUS_CHOICES "layer,experts,gate,route,group,sinks,combine,transfers"
+
+#define LAB_CSV_HEADER \
+    "shape,variant,T,stage,bytes,flops,median_us,floor_us,achieved_GBps,achieved_TFLOPs,x_floor"
+
+typedef struct {
+    fuzz_case layer;  /* the case whose layer every run shares; its T is replaced */
+    char shape[32];   /* the named shape, or "case" for a case line */
+    int tokens[LAB_MAX_T];
+    int n_tokens;
+    bool check[LAB_MAX_T]; /* judge T = tokens[i] against the reference */
+    int iters;             /* timed calls per (variant, T) */
+    const moe_backend *variants[LAB_MAX_VARIANTS];
+    int n_variants;
+    lab_focus focus;
+} lab_plan;
+
+/* The registry's CUDA variants, in its order, into out [cap]; returns how many there are. */
+int lab_cuda_variants(const moe_backend **out, int cap);
+
+/* The case a named shape stands for: "inkling-small" (D = 4096), "inkling" (D = 6144), both
+ * as contract.md [model] gives them, or "small" (D = 256, I = 128, R = 16, K = 4: a case quick
+ * enough for compute-sanitizer), MXFP4, seed and format as given, T = 1. */
+moe_status lab_shape_case(const char *name, uint64_t seed, moe_routed_format fmt, fuzz_case *c,
+                          moe_error *err);
+
+/* "1,8,64" -> out [cap] ascending as given, each in [1, 1000000]; *n their count. */
+moe_status lab_parse_tokens(const char *list, int *out, int cap, int *n, moe_error *err);
+
+/* "all", a list of registry names (each a CUDA variant; none twice), into p->variants. */
+moe_status lab_parse_variants(const char *list, lab_plan *p, moe_error *err);
+
+/* Refuses a case the lab cannot run at many T (an input feature, a split). */
+moe_status lab_check_case(const fuzz_case *c, moe_error *err);
+
+/* The sampled tokens the reference checks at T: all for T <= 4, 4 for T <= 64, else 8, unless
+ * the case line says sample=N (N < T). */
+int lab_sample_count(const fuzz_case *c, int T);
+
+/* Bytes and FLOPs of every stage of layer cfg at T tokens that selected `distinct` experts. */
+void lab_stages(const moe_config *cfg, int T, int distinct, lab_stage out[LAB_STAGE_COUNT]);
+
+/* Whether the focus reports stage s (the whole layer and the host call always are). */
+bool lab_focus_has(lab_focus f, lab_stage_id s);
+
+/* The floor of a stage, in seconds. */
+double lab_floor_s(const lab_stage *s);
+
+/* One CSV row (no header) for a stage whose median time is median_us. */
+void lab_csv_row(FILE *f, const char *shape, const char *variant, int T, const lab_stage *s,
+                 double median_us);
+
+/* Runs the plan: prints a table per (T, variant) on out and appends rows to csv (NULL: none).
+ * Returns the exit status: 0 every check passed, 1 a check failed, LAB_EXIT_SKIPPED when
+ * nothing could run here (the reason printed). */
+int lab_run(const lab_plan *p, FILE *out, FILE *csv);
+
+#endif /* INKLING_LAB_H */

@@ -1,0 +1,323 @@
+/*
+ * lab_run.c: the lab's device part (rules in lab.h): one layer from the case generator,
+ * uploaded once per variant; at each T every variant runs the same inputs and is
+ *   - checked for determinism: five further calls on the same batch, bitwise identical;
+ *   - judged (at the T asked for) on sampled tokens against the reference's serving mode with
+ *     the contract's envelope (compare.h): logits, ids (near-ties judged), weights, output; the
+ *     reference runs once per T for every variant;
+ *   - timed: 3 warm-up calls, then `iters` calls, each after the backend overwrites 256 MB
+ *     (past the 50 MB L2) and on one of LAB_ROTATE inputs in turn; the median of each stage's
+ *     CUDA event interval (opt/cuda/cuda_profile.h) and of the host's wall clock of the call.
+ * A build without CUDA has no timer: everything reports SKIPPED.
+ */
+#include "lab.h"
+
+#include "compare.h"
+#include "fuzz.h"
+
+#ifdef MOE_HAVE_CUDA
+#include "../opt/cuda/cuda_profile.h"
+#endif
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Whether any variant can run here; if not, why (the first one's reason). */
+static bool any_runnable(const lab_plan *p, char *why, size_t len) {
+    snprintf(why, len, "this build lists no CUDA variant (built without the CUDA toolkit)");
+    for (int v = 0; v < p->n_variants; v++)
+        if (p->variants[v]->available(why, len)) return true;
+    return false;
+}
+
+#ifdef MOE_HAVE_CUDA
+
+/* Where each timed stage lies in the backend's record. */
+static const size_t stage_field[LAB_DEVICE + 1] = {
+    [LAB_UPLOAD] = offsetof(moe_cuda_stage_times, upload),
+    [LAB_GATE] = offsetof(moe_cuda_stage_times, gate),
+    [LAB_ROUTE] = offsetof(moe_cuda_stage_times, route),
+    [LAB_GROUP] = offsetof(moe_cuda_stage_times, group),
+    [LAB_GEMM1] = offsetof(moe_cuda_stage_times, gemm1),
+    [LAB_GEMM2] = offsetof(moe_cuda_stage_times, gemm2),
+    [LAB_COMBINE] = offsetof(moe_cuda_stage_times, combine),
+    [LAB_DOWNLOAD] = offsetof(moe_cuda_stage_times, download),
+    [LAB_SINK_GEMM1] = offsetof(moe_cuda_stage_times, sink_gemm1),
+    [LAB_SINK_SWIGLU] = offsetof(moe_cuda_stage_times, sink_swiglu),
+    [LAB_SINK_GEMM2] = offsetof(moe_cuda_stage_times, sink_gemm2),
+    [LAB_DEVICE] = offsetof(moe_cuda_stage_times, device),
+};
+
+/* One T's inputs, shared by every variant, and the reference on its sampled tokens. */
+typedef struct {
+    fuzz_case c;               /* the layer's case at this T */
+    uint16_t *x[LAB_ROTATE];   /* [T, D] each: the case at T with input + r */
+    int *tokens;               /* [T]: the sampled tokens first (fuzz_case_sampled_tokens) */
+    int n;                     /* sampled tokens */
+    uint16_t *xs;              /* [n, D] their rows of x[0] */
+    moe_run ref;
+    bool have_ref;
+} lab_batch;
+
+static void batch_free(lab_batch *b) {
+    for (int r = 0; r < LAB_ROTATE; r++) free(b->x[r]);
+    free(b->tokens);
+    free(b->xs);
+    if (b->have_ref) moe_run_free(&b->ref);
+    memset(b, 0, sizeof *b);
+}
+
+static moe_status batch_make(const lab_plan *p, int T, lab_batch *b, moe_error *err) {
+    memset(b, 0, sizeof *b);
+    b->c = p->layer;
+    b->c.T = T;
+    const int n = lab_sample_count(&p->layer, T);
+    b->c.sample = n < T ? n : 0;
+    moe_status st = fuzz_case_validate(&b->c, err);
+    for (int r = 0; r < LAB_ROTATE && !st; r++) {
+        fuzz_case cr = b->c;
+        cr.input = p->layer.input + r;
+        st = fuzz_case_input(&cr, &b->x[r], err);
+    }
+    const size_t D = (size_t)p->layer.cfg.D;
+    b->tokens = st ? NULL : malloc(sizeof(int) * (size_t)T);
+    b->xs = st ? NULL : malloc(sizeof(uint16_t) * (size_t)n * D);
+    if (!st && (!b->tokens || !b->xs)) st = moe_fail(err, MOE_ERR_NOMEM, "lab: out of memory at T = %d", T);
+    if (!st) {
+        b->n = fuzz_case_sampled_tokens(&b->c, b->tokens);
+        for (int i = 0; i < b->n; i++)
+            memcpy(b->xs + (size_t)i * D, b->x[0] + (size_t)b->tokens[i] * D, sizeof(uint16_t) * D);
+    }
+    if (st) batch_free(b);
+    return st;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static float median(float *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_float);
+    return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Judges the variant's rows of the sampled tokens (gpu: all T, cut down here) against the
+ * reference on those tokens. Returns 1 when they leave the envelope or cannot be judged. */
+static int check_sample(const lab_plan *p, const moe_layer_data *ld, const moe_backend *be,
+                        lab_batch *b, moe_run *gpu, FILE *out) {
+    moe_error err;
+    moe_error_clear(&err);
+    fprintf(out, "  sampled tokens:");
+    for (int i = 0; i < b->n; i++) fprintf(out, " %d", b->tokens[i]);
+    fprintf(out, "\n");
+    const double t0 = fuzz_now();
+    moe_status st = MOE_OK;
+    moe_options opt = moe_options_default();
+    if (!b->have_ref) /* the same rows for every variant: the reference runs once per T */
+        st = moe_run_path(&moe_backend_ref, &opt, &p->layer.cfg, &ld->w, MOE_SPLIT_NONE, 1, 0, b->n,
+                          b->xs, false, &b->ref, &err);
+    b->have_ref = b->have_ref || !st;
+    moe_run_keep_tokens(gpu, b->tokens, b->n);
+    moe_cmp_case cc = {&p->layer.cfg, &ld->w, b->n, b->xs};
+    moe_cmp_report rep;
+    memset(&rep, 0, sizeof rep);
+    if (!st) st = moe_compare_runs(&cc, &b->ref, gpu, NULL, NULL, &rep, &err);
+    if (st) {
+        fprintf(out, "  CHECK ERROR: %s\n", err.msg);
+        return 1;
+    }
+    double max_diff = 0.0, max_ref = 0.0;
+    for (size_t i = 0; i < (size_t)b->n * p->layer.cfg.D; i++) {
+        max_diff = fmax(max_diff, fabs((double)gpu->out[i] - (double)b->ref.out[i]));
+        max_ref = fmax(max_ref, fabs((double)b->ref.out[i]));
+    }
+    fprintf(out, "  %s: reference on %d tokens (%.1f s); max |gpu - ref| = %.3g (max |ref| %.3g); "
+                 "envelope: %s\n", be->name, b->n, fuzz_now() - t0, max_diff, max_ref,
+            rep.ok ? "PASS" : "FAIL");
+    if (!rep.ok) moe_cmp_report_print(out, &rep);
+    return !rep.ok;
+}
+
+/* A moe_run of the variant's whole batch: output, logits, ids and weights (owned). */
+static moe_status gpu_run_alloc(const moe_config *c, const moe_backend *be, int T, moe_run *r,
+                                moe_error *err) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s/serving/T%d", be->name, T);
+    r->backend = be;
+    r->opt = moe_options_default();
+    r->split_kind = MOE_SPLIT_NONE, r->split_n = 1;
+    r->T = T, r->D = c->D, r->I = c->I, r->R = c->R, r->K = c->K, r->S = c->S;
+    const size_t t = (size_t)T;
+    r->out = malloc(sizeof(float) * (t * c->D + 1));
+    r->logits = malloc(sizeof(float) * (t * (c->R + c->S) + 1));
+    r->ids = malloc(sizeof(int32_t) * (t * c->K + 1));
+    r->weights = malloc(sizeof(float) * (t * (c->K + c->S) + 1));
+    if (!r->out || !r->logits || !r->ids || !r->weights) {
+        moe_run_free(r);
+        return moe_fail(err, MOE_ERR_NOMEM, "lab: out of memory for a batch of %d tokens", T);
+    }
+    return MOE_OK;
+}
+
+/* One variant at one T: determinism, the check (if asked), the timings. Returns 1 on a failure. */
+static int run_variant(const lab_plan *p, const moe_layer_data *ld, const moe_backend *be,
+                       void *state, lab_batch *b, bool check, FILE *out, FILE *csv) {
+    const moe_config *c = &p->layer.cfg;
+    const int T = b->c.T, iters = p->iters;
+    fprintf(out, "T = %d, %s\n", T, be->name);
+    moe_error err;
+    moe_error_clear(&err);
+    moe_run gpu;
+    float *out2 = malloc(sizeof(float) * ((size_t)T * c->D + 1));
+    float *samples = malloc(sizeof(float) * (size_t)iters * LAB_STAGE_COUNT);
+    moe_status st = gpu_run_alloc(c, be, T, &gpu, &err);
+    if (!st && (!out2 || !samples)) st = moe_fail(&err, MOE_ERR_NOMEM, "lab: out of memory at T = %d", T);
+    moe_stages stg = {gpu.logits, gpu.ids, gpu.weights, NULL, NULL, NULL, NULL, 0};
+    if (!st) st = be->forward(state, T, b->x[0], gpu.out, &stg, &err);
+    gpu.filled = stg.filled & (MOE_STAGE_LOGITS | MOE_STAGE_TOPK);
+    if (st) {
+        fprintf(out, "  FORWARD ERROR: %s\n", err.msg);
+        moe_run_free(&gpu);
+        free(out2);
+        free(samples);
+        return 1;
+    }
+    int bad = 0, same = 1;
+    for (int r = 0; r < 5 && !st; r++) {
+        st = be->forward(state, T, b->x[0], out2, NULL, &err);
+        same = same && memcmp(gpu.out, out2, sizeof(float) * (size_t)T * c->D) == 0;
+    }
+    fprintf(out, "  five further runs bitwise identical: %s\n", st ? err.msg : same ? "yes" : "NO");
+    bad |= st || !same;
+
+    /* distinct experts the batch selected, for the byte counts */
+    unsigned char *used = calloc((size_t)c->R, 1);
+    int distinct = 0;
+    for (size_t i = 0; used && i < (size_t)T * c->K; i++)
+        if (gpu.ids[i] >= 0 && gpu.ids[i] < c->R && !used[gpu.ids[i]]) used[gpu.ids[i]] = 1, distinct++;
+    free(used);
+    if (check) bad |= check_sample(p, ld, be, b, &gpu, out);
+    moe_run_free(&gpu);
+
+    st = MOE_OK;
+    for (int it = -3; it < iters && !st; it++) {
+        moe_cuda_stage_times times;
+        st = moe_cuda_flush_l2(state, &err);
+        const double w0 = fuzz_now();
+        if (!st) st = moe_cuda_forward_timed(state, T, b->x[(it + 3) % LAB_ROTATE], out2, &times, &err);
+        if (it < 0 || st) continue;
+        samples[(size_t)LAB_HOST * iters + it] = (float)((fuzz_now() - w0) * 1e3);
+        for (int s = 0; s <= LAB_DEVICE; s++)
+            samples[(size_t)s * iters + it] = *(const float *)((const char *)&times + stage_field[s]);
+    }
+    if (st) {
+        fprintf(out, "  TIMING ERROR: %s\n", err.msg);
+        bad = 1;
+    } else {
+        lab_stage stages[LAB_STAGE_COUNT];
+        lab_stages(c, T, distinct, stages);
+        fprintf(out, "  distinct experts selected: %d (expected R(1-(1-K/R)^T) = %.1f)\n", distinct,
+                c->R * (1.0 - pow(1.0 - (double)c->K / c->R, T)));
+        fprintf(out, "  %-16s %10s %12s %10s %8s %10s %8s\n", "stage", "median us", "bytes", "GB/s",
+                "TFLOP/s", "floor us", "x floor");
+        for (int s = 0; s < LAB_STAGE_COUNT; s++) {
+            if (!lab_focus_has(p->focus, (lab_stage_id)s)) continue;
+            const double us = median(samples + (size_t)s * iters, iters) * 1e3, secs = us * 1e-6;
+            const double floor_s = lab_floor_s(&stages[s]);
+            fprintf(out, "  %-16s %10.1f %12.4g %10.0f %8.1f %10.1f %8.2f\n", stages[s].name, us,
+                    stages[s].bytes, secs > 0 ? stages[s].bytes / secs * 1e-9 : 0.0,
+                    secs > 0 ? stages[s].flops / secs * 1e-12 : 0.0, floor_s * 1e6,
+                    floor_s > 0 ? secs / floor_s : 0.0);
+            if (csv) lab_csv_row(csv, p->shape, be->name, T, &stages[s], us);
+        }
+        if (csv) fflush(csv);
+    }
+    free(out2);
+    free(samples);
+    return bad;
+}
+
+static int run_device(const lab_plan *p, FILE *out, FILE *csv) {
+    moe_error err;
+    moe_error_clear(&err);
+    const double t0 = fuzz_now();
+    fuzz_case lc = p->layer;
+    lc.T = 0, lc.sample = 0; /* the layer alone: the inputs come per T */
+    char line[512];
+    fprintf(out, "layer %s: %s (T from --tokens)\n", p->shape, fuzz_case_format(&lc, line, sizeof line));
+    moe_layer_data ld;
+    uint16_t *x0 = NULL;
+    moe_status st = fuzz_case_build(&lc, &ld, &x0, &err);
+    free(x0);
+    if (st) {
+        fprintf(out, "lab: %s\n", err.msg);
+        return 1;
+    }
+    moe_split none = {MOE_SPLIT_NONE, 1, 0, 0};
+    moe_shard sh;
+    moe_options opt = moe_options_default();
+    void *states[LAB_MAX_VARIANTS] = {NULL};
+    int created = 0;
+    st = moe_shard_build(&lc.cfg, &ld.w, &none, &sh, &err);
+    const bool have_shard = !st;
+    for (int v = 0; v < p->n_variants && !st; v++) {
+        const moe_backend *be = p->variants[v];
+        char why[256] = "";
+        if (!be->available(why, sizeof why) || !be->supports(&lc.cfg, &none, &opt, why, sizeof why)) {
+            fprintf(out, "%s: SKIPPED: %s\n", be->name, why);
+            continue;
+        }
+        st = be->create(&sh, &opt, &states[v], &err);
+        created += !st;
+    }
+    int rc = 0;
+    if (st) {
+        fprintf(out, "lab: %s\n", err.msg);
+        rc = 1;
+    } else if (!created) {
+        fprintf(out, "lab: SKIPPED: no variant supports this layer\n");
+        rc = LAB_EXIT_SKIPPED;
+    } else {
+        fprintf(out, "layer made, sharded and uploaded in %.1f s\n", fuzz_now() - t0);
+    }
+    for (int i = 0; i < p->n_tokens && !rc; i++) {
+        lab_batch b;
+        if (batch_make(p, p->tokens[i], &b, &err)) {
+            fprintf(out, "lab: %s\n", err.msg);
+            rc = 1;
+            break;
+        }
+        for (int v = 0; v < p->n_variants; v++)
+            if (states[v]) rc |= run_variant(p, &ld, p->variants[v], states[v], &b, p->check[i], out, csv);
+        batch_free(&b);
+    }
+    for (int v = 0; v < p->n_variants; v++)
+        if (states[v]) p->variants[v]->destroy(states[v]);
+    if (have_shard) moe_shard_free(&sh);
+    moe_layer_data_free(&ld);
+    return rc;
+}
+
+#else
+
+static int run_device(const lab_plan *p, FILE *out, FILE *csv) {
+    (void)p, (void)csv;
+    fprintf(out, "lab: SKIPPED: built without the CUDA toolkit (no stage timer)\n");
+    return LAB_EXIT_SKIPPED;
+}
+
+#endif
+
+int lab_run(const lab_plan *p, FILE *out, FILE *csv) {
+    char why[256];
+    if (!any_runnable(p, why, sizeof why)) {
+        fprintf(out, "lab: SKIPPED: %s\n", why);
+        return LAB_EXIT_SKIPPED;
+    }
+    const int rc = run_device(p, out, csv);
+    if (rc != LAB_EXIT_SKIPPED) fprintf(out, "lab: %s\n", rc ? "FAILED" : "all checks passed");
+    return rc;
+}

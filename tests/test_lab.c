@@ -1,0 +1,332 @@
+/*
+ * test_lab.c: the kernel lab's CPU-side parts (harness/lab.h): the registry's CUDA variants,
+ * the option parsing of `inkling-moe lab`, the stage table against contract.md [floors], the
+ * CSV rows, the GPU part reporting SKIPPED (never a pass) where no GPU is, and the picture of a
+ * CSV (harness/bench/plot.sh) drawn from a made-up fixture CSV.
+ *
+ * Rules: expected bytes and FLOPs are derived here from the contract's definitions; the tool is
+ * $INKLING_BUILD/bin/inkling-moe (INKLING_BUILD default "build"); the tests that need the tool,
+ * gnuplot or no GPU skip where those are not so.
+ */
+#include "test_support.h"
+
+#include "../harness/lab.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char tool[1024], dir[256], out_path[300], err_path[300], csv_path[300];
+
+static int setup(void **state) {
+    (void)state;
+    const char *b = getenv("INKLING_BUILD");
+    snprintf(tool, sizeof tool, "%s/bin/inkling-moe", b && *b ? b : "build");
+    snprintf(dir, sizeof dir, "/tmp/test_lab_XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    snprintf(out_path, sizeof out_path, "%s/out.txt", dir);
+    snprintf(err_path, sizeof err_path, "%s/err.txt", dir);
+    snprintf(csv_path, sizeof csv_path, "%s/lab.csv", dir);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Runs `inkling-moe lab ARGS` (ARGS: shell words), stdout and stderr to files; exit status. */
+static int run_lab(const char *args) {
+    if (access(tool, X_OK) != 0) skip();
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' lab %s > '%s' 2> '%s'", tool, args, out_path, err_path);
+    int status = system(cmd);
+    if (status == -1 || !WIFEXITED(status)) fail_msg("cannot run: %s", cmd);
+    return WEXITSTATUS(status);
+}
+
+static const char *text_of(const char *path) {
+    static char text[16384];
+    FILE *f = fopen(path, "rb");
+    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[len] = '\0';
+    return text;
+}
+
+static bool gpu_here(void) {
+    char why[256];
+    return moe_backend_cuda.available(why, sizeof why);
+}
+
+/* "all" is every registry entry driven by the CUDA backend's forward, in registry order: the
+ * CUDA names in a build with nvcc, none in one without; never ref or blas. */
+static void test_variants_from_registry(void **state) {
+    (void)state;
+    const moe_backend *v[LAB_MAX_VARIANTS];
+    const int n = lab_cuda_variants(v, LAB_MAX_VARIANTS);
+    int expected = 0;
+    for (int i = 0; i < moe_backend_count(); i++) {
+        const moe_backend *b = moe_backend_at(i);
+        if (b->forward && b->forward == moe_backend_cuda.forward) {
+            assert_true(expected < n);
+            assert_ptr_equal(v[expected], b);
+            expected++;
+        }
+    }
+    assert_int_equal(n, expected);
+    if (moe_backend_cuda.forward) {
+        assert_true(n >= 3); /* cuda, cuda-wmma, cuda-gemv at least */
+        assert_ptr_equal(v[0], &moe_backend_cuda);
+    } else {
+        assert_int_equal(n, 0);
+    }
+    for (int i = 0; i < n; i++) {
+        assert_ptr_not_equal(v[i], &moe_backend_ref);
+        assert_ptr_not_equal(v[i], &moe_backend_blas);
+    }
+    static lab_plan p;
+    moe_error err;
+    assert_int_equal(lab_parse_variants("all", &p, &err), MOE_OK);
+    assert_int_equal(p.n_variants, n);
+    for (int i = 0; i < n; i++) assert_ptr_equal(p.variants[i], v[i]);
+    assert_int_equal(lab_parse_variants("cuda-wmma,cuda", &p, &err), MOE_OK);
+    assert_int_equal(p.n_variants, 2);
+    assert_ptr_equal(p.variants[0], &moe_backend_cuda_wmma);
+    assert_int_equal(lab_parse_variants("ref", &p, &err), MOE_ERR_ARG);
+    assert_msg_has(err, "not a CUDA variant");
+    assert_int_equal(lab_parse_variants("cuda,cuda", &p, &err), MOE_ERR_ARG);
+    assert_msg_has(err, "twice");
+    assert_int_equal(lab_parse_variants("nosuch", &p, &err), MOE_ERR_ARG);
+    assert_msg_has(err, "nosuch");
+}
+
+static void test_token_lists(void **state) {
+    (void)state;
+    int t[LAB_MAX_T], n;
+    moe_error err;
+    assert_int_equal(lab_parse_tokens("1,8,64,512,4096", t, LAB_MAX_T, &n, &err), MOE_OK);
+    assert_int_equal(n, 5);
+    assert_int_equal(t[0], 1);
+    assert_int_equal(t[4], 4096);
+    const char *bad[] = {"", "0", "-1", "1,", ",1", "1,,2", "1x", "1000001", "+3", "1 2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (lab_parse_tokens(bad[i], t, LAB_MAX_T, &n, &err) != MOE_ERR_ARG)
+            fail_msg("token list '%s' was accepted", bad[i]);
+    assert_int_equal(lab_parse_tokens("1,2,3", t, 2, &n, &err), MOE_ERR_ARG);
+}
+
+/* The named shapes are contract.md [model]'s; a case with input features or a split is refused. */
+static void test_shapes_and_cases(void **state) {
+    (void)state;
+    fuzz_case c;
+    moe_error err;
+    assert_int_equal(lab_shape_case("inkling-small", 5, MOE_ROUTED_MXFP4, &c, &err), MOE_OK);
+    assert_int_equal(c.cfg.D, 4096);
+    assert_int_equal(c.cfg.I, 2048);
+    assert_int_equal(c.cfg.R, 256);
+    assert_int_equal(c.cfg.K, 6);
+    assert_int_equal(c.cfg.S, 2);
+    assert_true(c.cfg.route_scale == 8.0f && c.cfg.has_gate_bias && c.cfg.has_global_scale);
+    assert_int_equal(c.seed, 5);
+    assert_int_equal(lab_shape_case("inkling", 1, MOE_ROUTED_NVFP4, &c, &err), MOE_OK);
+    assert_int_equal(c.cfg.D, 6144);
+    assert_int_equal(c.cfg.I, 3072);
+    assert_int_equal(c.cfg.routed_format, MOE_ROUTED_NVFP4);
+    assert_int_equal(lab_shape_case("huge", 1, MOE_ROUTED_MXFP4, &c, &err), MOE_ERR_ARG);
+
+    const char *base = "D=64 I=64 R=8 K=2 S=1 T=3 fmt=mxfp4 bias=1 gscale=1 rs=8 pad=0 seed=3 ";
+    char line[256];
+    snprintf(line, sizeof line, "%ssplit=none feat=ties,e8m0", base);
+    assert_int_equal(fuzz_case_parse(line, &c, &err), MOE_OK);
+    assert_int_equal(lab_check_case(&c, &err), MOE_OK);
+    const char *refused[] = {"split=none feat=nonfinite", "split=none feat=allhit", "split=none feat=neglogit",
+                             "split=none feat=biastie", "split=none feat=file", "split=tp2 feat=none"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(line, sizeof line, "%s%s", base, refused[i]);
+        assert_int_equal(fuzz_case_parse(line, &c, &err), MOE_OK);
+        if (lab_check_case(&c, &err) != MOE_ERR_ARG) fail_msg("the lab took '%s'", refused[i]);
+    }
+    /* without input features, the case's input is fuzz_case_build's */
+    snprintf(line, sizeof line, "%ssplit=none feat=ties input=2", base);
+    assert_int_equal(fuzz_case_parse(line, &c, &err), MOE_OK);
+    moe_layer_data ld;
+    uint16_t *x_build, *x_input;
+    assert_int_equal(fuzz_case_build(&c, &ld, &x_build, &err), MOE_OK);
+    assert_int_equal(fuzz_case_input(&c, &x_input, &err), MOE_OK);
+    assert_memory_equal(x_build, x_input, sizeof(uint16_t) * 3 * 64);
+    free(x_build);
+    free(x_input);
+    moe_layer_data_free(&ld);
+    assert_int_equal(lab_sample_count(&c, 1), 1);
+    assert_int_equal(lab_sample_count(&c, 64), 4);
+    assert_int_equal(lab_sample_count(&c, 4096), 8);
+    c.sample = 2;
+    assert_int_equal(lab_sample_count(&c, 64), 2);
+}
+
+/* The whole layer at T = 1 on Inkling-Small with the 6 experts one token selects: the bytes and
+ * FLOPs of contract.md [floors] (13.37 MB a MXFP4 expert, 100.7 MB of sinks, the gate, x in
+ * and out), and its 43.6 us floor at 4.2 TB/s. */
+static void test_stage_table(void **state) {
+    (void)state;
+    const moe_config c = {4096, 2048, 256, 6, 2, 8.0f, true, true, MOE_ROUTED_MXFP4};
+    lab_stage s[LAB_STAGE_COUNT];
+    lab_stages(&c, 1, 6, s);
+    const double D = 4096, I = 2048;
+    const double expert = 3 * D * I * (0.5 + 1.0 / 32), sinks = 2 * 3 * D * I * 2, gate = 258 * D * 2;
+    assert_true(fabs(expert - 13.37e6) < 0.01e6);
+    assert_true(fabs(sinks - 100.7e6) < 0.1e6);
+    assert_true(s[LAB_DEVICE].bytes == 6 * expert + sinks + gate + D * 2 + D * 4);
+    const double flops = 2 * (258 * D + 6 * 3 * I * D + 2 * 3 * I * D);
+    assert_true(fabs(flops - 0.405e9) < 0.001e9);
+    assert_true(s[LAB_DEVICE].flops == flops);
+    assert_true(fabs(lab_floor_s(&s[LAB_DEVICE]) * 1e6 - 43.6) < 0.05);
+    assert_true(s[LAB_HOST].bytes > s[LAB_DEVICE].bytes);
+    /* the expert stages read the selected experts' weights: 2/3 and 1/3 of each */
+    assert_true(s[LAB_GEMM1].bytes >= 6 * expert * 2 / 3 && s[LAB_GEMM2].bytes >= 6 * expert / 3);
+    /* at T = 4096 the layer is bound by the bf16 rate (contract.md [floors]: above ~1,600) */
+    lab_stages(&c, 4096, 256, s);
+    assert_true(s[LAB_DEVICE].flops / LAB_BF16_RATE > s[LAB_DEVICE].bytes / LAB_COPY_BW);
+    for (int i = 0; i < LAB_STAGE_COUNT; i++) assert_non_null(s[i].name);
+    assert_true(lab_focus_has(LAB_FOCUS_EXPERTS, LAB_GEMM1) && lab_focus_has(LAB_FOCUS_EXPERTS, LAB_GEMM2));
+    assert_false(lab_focus_has(LAB_FOCUS_EXPERTS, LAB_GATE));
+    assert_true(lab_focus_has(LAB_FOCUS_EXPERTS, LAB_DEVICE) && lab_focus_has(LAB_FOCUS_GATE, LAB_HOST));
+    for (int i = 0; i < LAB_STAGE_COUNT; i++) assert_true(lab_focus_has(LAB_FOCUS_LAYER, (lab_stage_id)i));
+}
+
+/* A row has the header's columns; rates and x_floor follow from bytes, FLOPs and the median. */
+static void test_csv_row(void **state) {
+    (void)state;
+    const lab_stage s = {"GEMM1+SwiGLU", 4.2e6, 7.8e8};
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    lab_csv_row(f, "inkling-small", "cuda-gemv", 8, &s, 2.0);
+    rewind(f);
+    char line[512];
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    int commas = 0, header_commas = 0;
+    for (const char *p = line; *p; p++) commas += *p == ',';
+    for (const char *p = LAB_CSV_HEADER; *p; p++) header_commas += *p == ',';
+    assert_int_equal(commas, header_commas);
+    char shape[32], variant[32], stage[32];
+    int T;
+    double bytes, flops, us, floor_us, gbps, tflops, x;
+    assert_int_equal(sscanf(line, "%31[^,],%31[^,],%d,%31[^,],%lf,%lf,%lf,%lf,%lf,%lf,%lf", shape,
+                            variant, &T, stage, &bytes, &flops, &us, &floor_us, &gbps, &tflops, &x), 11);
+    assert_string_equal(shape, "inkling-small");
+    assert_string_equal(variant, "cuda-gemv");
+    assert_string_equal(stage, "GEMM1+SwiGLU");
+    assert_int_equal(T, 8);
+    assert_true(bytes == 4.2e6 && flops == 7.8e8 && us == 2.0);
+    assert_true(fabs(floor_us - 1.0) < 1e-3);   /* 4.2 MB at 4.2 TB/s = 780 MFLOP at 780 TFLOP/s */
+    assert_true(fabs(gbps - 2100.0) < 0.1);     /* 4.2 MB in 2 us */
+    assert_true(fabs(tflops - 390.0) < 1e-3);   /* 780 MFLOP in 2 us */
+    assert_true(fabs(x - 2.0) < 1e-3);
+}
+
+/* Without a GPU the lab judges nothing: SKIPPED, exit 77, never a pass; the CSV holds the
+ * header only. Bad options exit 2 with one line. */
+static void test_command_skips_without_gpu(void **state) {
+    (void)state;
+    if (gpu_here()) skip(); /* a GPU host runs the real thing (make bench-cuda) */
+    char args[512];
+    snprintf(args, sizeof args, "--variant all --tokens 1,8 --iters 2 --check 1 --csv '%s'", csv_path);
+    const int rc = run_lab(args);
+    const char *out = text_of(out_path);
+    if (rc != LAB_EXIT_SKIPPED) fail_msg("exit %d, output: %s", rc, out);
+    assert_non_null(strstr(out, "SKIPPED"));
+    assert_null(strstr(out, "PASS"));
+    assert_null(strstr(out, "all checks passed"));
+    assert_string_equal(text_of(csv_path), LAB_CSV_HEADER "\n");
+    assert_int_equal(run_lab("--small --variant cuda"), LAB_EXIT_SKIPPED);
+    assert_int_equal(run_lab("--case 'D=64 I=64 R=8 K=2 S=1 T=3 fmt=mxfp4 bias=1 gscale=1 rs=8 split=none "
+                             "pad=0 seed=3 feat=ties' --stage experts"), LAB_EXIT_SKIPPED);
+    assert_null(strstr(text_of(out_path), "PASS"));
+}
+
+static void test_command_usage(void **state) {
+    (void)state;
+    assert_int_equal(run_lab("--list"), 0);
+    const char *out = text_of(out_path);
+    const moe_backend *v[LAB_MAX_VARIANTS];
+    const int n = lab_cuda_variants(v, LAB_MAX_VARIANTS);
+    for (int i = 0; i < n; i++) assert_non_null(strstr(out, v[i]->name));
+    const struct {
+        const char *args, *frag;
+    } bad[] = {
+        {"--variant ref", "--variant"},
+        {"--csv ''", "--csv"},
+        {"--tokens 1,,8", "--tokens"},
+        {"--tokens 1,8 --check 64", "--check"},
+        {"--shape nosuch", "--shape"},
+        {"--stage nosuch", "--stage"},
+        {"--iters 0", "--iters"},
+        {"--case 'D=64' --shape inkling", "--case"},
+        {"--case 'D=64 I=64 R=8 K=2 S=1 T=3 fmt=mxfp4 bias=1 gscale=1 rs=8 split=none pad=0 seed=3 "
+         "feat=nonfinite'", "nonfinite"},
+        {"--variant cuda --backends cuda", "--backends"},
+        {"--small --shape inkling", "--small"},
+        {"--format bf16", "--format"},
+        {"stray", "stray"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = run_lab(bad[i].args);
+        const char *e = text_of(err_path);
+        if (rc != 2 || !strstr(e, bad[i].frag) || strchr(e, '\n') != e + strlen(e) - 1)
+            fail_msg("lab %s: exit %d, stderr: %s", bad[i].args, rc, e);
+    }
+}
+
+/* On a GPU host: every variant on the small shape at two T, checked against the reference and
+ * timed; the CSV gets a row per (variant, T, stage). */
+static void test_small_on_gpu(void **state) {
+    (void)state;
+    if (!gpu_here()) skip();
+    char args[512];
+    snprintf(args, sizeof args, "--small --variant all --iters 3 --csv '%s/gpu.csv'", dir);
+    const int rc = run_lab(args);
+    if (rc != 0) fail_msg("exit %d, output: %s", rc, text_of(out_path));
+    char path[400];
+    snprintf(path, sizeof path, "%s/gpu.csv", dir);
+    const char *csv = text_of(path);
+    int lines = 0;
+    for (const char *p = csv; *p; p++) lines += *p == '\n';
+    const moe_backend *v[LAB_MAX_VARIANTS];
+    assert_int_equal(lines, 1 + lab_cuda_variants(v, LAB_MAX_VARIANTS) * 2 * LAB_STAGE_COUNT);
+}
+
+/* The picture from a CSV alone: the fixture's (made-up numbers, never a measurement) gives one
+ * PNG per (shape, variant). */
+static void test_plot_from_fixture(void **state) {
+    (void)state;
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) skip();
+    if (access("harness/bench/plot.sh", R_OK) != 0 || access("tests/fixtures/bench-cuda-fixture.csv", R_OK) != 0)
+        skip(); /* not run from the repository root */
+    char cmd[700], png[400];
+    snprintf(cmd, sizeof cmd, "sh harness/bench/plot.sh tests/fixtures/bench-cuda-fixture.csv '%s/fx' > '%s' 2>&1",
+             dir, out_path);
+    if (system(cmd) != 0) fail_msg("plot.sh failed: %s", text_of(out_path));
+    snprintf(png, sizeof png, "%s/fx-fixture-fixture-variant.png", dir);
+    FILE *f = fopen(png, "rb");
+    assert_non_null(f);
+    unsigned char magic[8] = {0};
+    assert_int_equal(fread(magic, 1, 8, f), 8);
+    fclose(f);
+    assert_memory_equal(magic, "\x89PNG\r\n\x1a\n", 8);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_variants_from_registry), cmocka_unit_test(test_token_lists),
+        cmocka_unit_test(test_shapes_and_cases),       cmocka_unit_test(test_stage_table),
+        cmocka_unit_test(test_csv_row),                cmocka_unit_test(test_command_skips_without_gpu),
+        cmocka_unit_test(test_command_usage),          cmocka_unit_test(test_small_on_gpu),
+        cmocka_unit_test(test_plot_from_fixture),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
