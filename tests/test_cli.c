@@ -57,16 +57,6 @@ static int run_command(const char *command, const char *const *args) {
 
 static int run_tool(const char *const *args) { return run_command("run", args); }
 
-/* The text a command wrote to stdout or stderr (static buffer). */
-static const char *text_of(const char *path) {
-    static char text[8192];
-    FILE *f = fopen(path, "rb");
-    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    if (f) fclose(f);
-    text[len] = '\0';
-    return text;
-}
-
 /* The tool must fail: non-zero exit, one stderr line holding frag, no output file. */
 static void expect_failure(const char *model, const char *frag, const char *const *extra) {
     const char *args[24] = {"--model", model, "--input", input, "--out", out_path};
@@ -265,24 +255,24 @@ static void test_diff(void **state) {
     const char *model = CASES_DIR "/ep3_padding/model", *in = CASES_DIR "/ep3_padding/input.safetensors";
     const char *agree[] = {"--model", model, "--input", in, "--backend", "ref", "--ep", "3", NULL};
     assert_int_equal(run_command("diff", agree), 0);
-    assert_non_null(strstr(text_of(out_text_path), "candidate ref/serving/ep3, reference ref/serving"));
-    assert_non_null(strstr(text_of(out_text_path), "ok: candidate ref/serving/ep3 and reference ref/serving"));
+    assert_non_null(strstr(test_text_of(out_text_path), "candidate ref/serving/ep3, reference ref/serving"));
+    assert_non_null(strstr(test_text_of(out_text_path), "ok: candidate ref/serving/ep3 and reference ref/serving"));
     /* the reference by its name, and by its older name --against; not both */
     const char *named[] = {"--model", model, "--input", in, "--backend", "ref", "--ep", "3", "--reference", "ref", NULL};
     assert_int_equal(run_command("diff", named), 0);
-    assert_non_null(strstr(text_of(out_text_path), "ok: candidate ref/serving/ep3 and reference ref/serving"));
+    assert_non_null(strstr(test_text_of(out_text_path), "ok: candidate ref/serving/ep3 and reference ref/serving"));
     const char *older[] = {"--model", model, "--input", in, "--backend", "ref", "--against", "mutant:gate_up_swap", NULL};
     assert_int_equal(run_command("diff", older), 1);
-    assert_non_null(strstr(text_of(out_text_path), "reference mutant:gate_up_swap/serving"));
+    assert_non_null(strstr(test_text_of(out_text_path), "reference mutant:gate_up_swap/serving"));
     const char *both[] = {"--model", model, "--input", in, "--backend", "ref", "--reference", "ref", "--against", "ref", NULL};
     assert_int_equal(run_command("diff", both), 2);
-    assert_non_null(strstr(text_of(err_path), "argument --reference: cannot be combined with --against"));
+    assert_non_null(strstr(test_text_of(err_path), "argument --reference: cannot be combined with --against"));
     const char *planted[] = {"--model", model, "--input", in, "--backend", "mutant:gate_up_swap", NULL};
     assert_int_equal(run_command("diff", planted), 1);
-    assert_non_null(strstr(text_of(out_text_path), "first diverging stage"));
+    assert_non_null(strstr(test_text_of(out_text_path), "first diverging stage"));
     const char *unknown[] = {"--model", model, "--input", in, "--backend", "nope", NULL};
     assert_int_equal(run_command("diff", unknown), 2);
-    assert_non_null(strstr(text_of(err_path), "unknown backend 'nope'"));
+    assert_non_null(strstr(test_text_of(err_path), "unknown backend 'nope'"));
 }
 
 /* A fuzz failure's rerun line names the binary that ran, wherever it was built. */
@@ -296,7 +286,7 @@ static void test_rerun_line_names_this_binary(void **state) {
                           "--seconds", "20", "--report-dir", reports, "--regress-dir", regress, NULL};
     assert_int_equal(run_command("fuzz", args), 1);
     snprintf(want, sizeof want, "rerun: %s fuzz --case '", tool);
-    if (!strstr(text_of(out_text_path), want)) fail_msg("no line starting '%s' in the fuzz output", want);
+    if (!strstr(test_text_of(out_text_path), want)) fail_msg("no line starting '%s' in the fuzz output", want);
 }
 
 static void test_usage_errors(void **state) {

@@ -90,16 +90,6 @@ static int wait_bounded(pid_t pid, double limit, const char *what) {
     }
 }
 
-/* The text of a file (static buffer, at most 8 KiB). */
-static const char *text_of(const char *path) {
-    static char text[8192];
-    FILE *f = fopen(path, "rb");
-    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    if (f) fclose(f);
-    text[len] = '\0';
-    return text;
-}
-
 /* ---------------------------------------------------------------- the sandbox listing */
 
 static void list_into(const char *dir, const char *rel, char *buf, size_t cap, size_t *used) {
@@ -754,7 +744,7 @@ static bool run_case(const hostile_case *c, char *why, size_t len) {
     expand(c, argv);
     const char *before = listing(0);
     int status = wait_bounded(spawn(argv, out_text, err_path), 20.0, c->what);
-    const char *text = text_of(err_path);
+    const char *text = test_text_of(err_path);
     int lines = 0;
     for (const char *p = text; *p; p++) lines += *p == '\n';
     const char *after = listing(1);
@@ -900,7 +890,7 @@ static void test_concurrent_writers(void **state) {
         }
         for (int k = 0; k < 2; k++) {
             if (!WIFEXITED(status[k]) || WEXITSTATUS(status[k]) != 0)
-                fail_msg("round %d: writer %d failed: %s", rounds, k, text_of(e[k]));
+                fail_msg("round %d: writer %d failed: %s", rounds, k, test_text_of(e[k]));
             zero++;
         }
         if (!complete_output(out)) fail_msg("round %d: the published --out is not complete", rounds);
@@ -980,7 +970,7 @@ static void test_big_index_linear(void **state) {
     double t0 = now_s();
     int status = wait_bounded(spawn(argv, o_path, e_path), 30, "200,000-entry index");
     double took = now_s() - t0;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) fail_msg("%s", text_of(e_path));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) fail_msg("%s", test_text_of(e_path));
     print_message("200,000-entry weight map: %.2f s\n", took);
     assert_true(took < 10.0);
 }

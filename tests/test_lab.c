@@ -48,15 +48,6 @@ static int run_lab(const char *args) {
     return WEXITSTATUS(status);
 }
 
-static const char *text_of(const char *path) {
-    static char text[16384];
-    FILE *f = fopen(path, "rb");
-    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    if (f) fclose(f);
-    text[len] = '\0';
-    return text;
-}
-
 static bool gpu_here(void) {
     char why[256];
     return moe_backend_cuda.available(why, sizeof why);
@@ -237,22 +228,22 @@ static void test_command_skips_without_gpu(void **state) {
     char args[512];
     snprintf(args, sizeof args, "--variant all --tokens 1,8 --iters 2 --check 1 --csv '%s'", csv_path);
     const int rc = run_lab(args);
-    const char *out = text_of(out_path);
+    const char *out = test_text_of(out_path);
     if (rc != LAB_EXIT_SKIPPED) fail_msg("exit %d, output: %s", rc, out);
     assert_non_null(strstr(out, "SKIPPED"));
     assert_null(strstr(out, "PASS"));
     assert_null(strstr(out, "all checks passed"));
-    assert_string_equal(text_of(csv_path), LAB_CSV_HEADER "\n");
+    assert_string_equal(test_text_of(csv_path), LAB_CSV_HEADER "\n");
     assert_int_equal(run_lab("--small --variant cuda"), LAB_EXIT_SKIPPED);
     assert_int_equal(run_lab("--case 'D=64 I=64 R=8 K=2 S=1 T=3 fmt=mxfp4 bias=1 gscale=1 rs=8 split=none "
                              "pad=0 seed=3 feat=ties' --stage experts"), LAB_EXIT_SKIPPED);
-    assert_null(strstr(text_of(out_path), "PASS"));
+    assert_null(strstr(test_text_of(out_path), "PASS"));
 }
 
 static void test_command_usage(void **state) {
     (void)state;
     assert_int_equal(run_lab("--list"), 0);
-    const char *out = text_of(out_path);
+    const char *out = test_text_of(out_path);
     const moe_backend *v[LAB_MAX_VARIANTS];
     const int n = lab_cuda_variants(v, LAB_MAX_VARIANTS);
     for (int i = 0; i < n; i++) assert_non_null(strstr(out, v[i]->name));
@@ -276,7 +267,7 @@ static void test_command_usage(void **state) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = run_lab(bad[i].args);
-        const char *e = text_of(err_path);
+        const char *e = test_text_of(err_path);
         if (rc != 2 || !strstr(e, bad[i].frag) || strchr(e, '\n') != e + strlen(e) - 1)
             fail_msg("lab %s: exit %d, stderr: %s", bad[i].args, rc, e);
     }
@@ -290,10 +281,10 @@ static void test_small_on_gpu(void **state) {
     char args[512];
     snprintf(args, sizeof args, "--small --variant all --iters 3 --csv '%s/gpu.csv'", dir);
     const int rc = run_lab(args);
-    if (rc != 0) fail_msg("exit %d, output: %s", rc, text_of(out_path));
+    if (rc != 0) fail_msg("exit %d, output: %s", rc, test_text_of(out_path));
     char path[400];
     snprintf(path, sizeof path, "%s/gpu.csv", dir);
-    const char *csv = text_of(path);
+    const char *csv = test_text_of(path);
     int lines = 0;
     for (const char *p = csv; *p; p++) lines += *p == '\n';
     const moe_backend *v[LAB_MAX_VARIANTS];
@@ -310,7 +301,7 @@ static void test_plot_from_fixture(void **state) {
     char cmd[700], png[400];
     snprintf(cmd, sizeof cmd, "sh harness/bench/plot.sh tests/fixtures/bench-cuda-fixture.csv '%s/fx' > '%s' 2>&1",
              dir, out_path);
-    if (system(cmd) != 0) fail_msg("plot.sh failed: %s", text_of(out_path));
+    if (system(cmd) != 0) fail_msg("plot.sh failed: %s", test_text_of(out_path));
     snprintf(png, sizeof png, "%s/fx-fixture-fixture-variant.png", dir);
     FILE *f = fopen(png, "rb");
     assert_non_null(f);

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Fails unless the error message holds the fragment (a field, tensor or index name). */
@@ -25,6 +26,16 @@
         if (!strstr((err).msg, (fragment)))                                                      \
             fail_msg("message \"%s\" does not name \"%s\"", (err).msg, (fragment));              \
     } while (0)
+
+/* The text of a file, as a command wrote it (static buffer, at most 16 KiB; "" if unreadable). */
+static inline const char *test_text_of(const char *path) {
+    static char text[16384];
+    FILE *f = fopen(path, "rb");
+    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[len] = '\0';
+    return text;
+}
 
 /* Round a finite value to the nearest bf16 (8 significant bits), ties to even, computed from
  * the definition with frexpl/rintl in long double (default rounding mode is to-nearest-even).

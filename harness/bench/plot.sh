@@ -26,10 +26,6 @@ awk -F, -v dir="$work" '
         }
         f = dir "/p" seen[pair] "-s" stage[key] ".dat"
         print $3, $9, $10 > f
-        if ($6 > 0) computes[key] = 1
-    }
-    END {
-        for (key in computes) { split(key, k, SUBSEP); print stage[key] > (dir "/p" seen[k[1]] "-computes") }
     }' "$csv"
 [ -s "$work/pairs" ] || { echo "plot.sh: no rows in $csv" >&2; exit 1; }
 # A stage keeps its colour in both panels; the whole layer and the host's call stand out.
@@ -39,6 +35,18 @@ style() {
     "forward call") echo "linespoints lw 2 dt 3 lc rgb 'gray40'" ;;
     *) echo "linespoints lw 1 lc $1 pt $1" ;;
     esac
+}
+# The plot clauses of pair N's stages for data column COL (2: GB/s, 3: TFLOP/s), T ascending; a
+# stage with no positive value there (no FLOPs: route, group, copies) is left out.
+curves() {
+    i=0
+    while IFS= read -r name; do
+        i=$((i + 1))
+        f="$work/p$1-s$i.dat"
+        sort -n "$f" | awk -v c="$2" '$c > 0' > "$f.$2"
+        [ -s "$f.$2" ] || continue
+        printf ", '%s' using 1:%s with %s title '%s'" "$f.$2" "$2" "$(style "$i" "$name")" "$name"
+    done < "$work/p$1-names"
 }
 n=0
 while IFS=, read -r shape variant; do
@@ -53,26 +61,11 @@ while IFS=, read -r shape variant; do
         echo "set xlabel 'tokens T'"
         echo "set ylabel 'GB/s'; set yrange [*:8400]"
         printf "plot 4200 with lines lw 2 dt 2 lc rgb 'red' title 'copy ceiling 4.2 TB/s'"
-        i=0
-        while IFS= read -r name; do
-            i=$((i + 1))
-            f="$work/p$n-s$i.dat"
-            sort -n "$f" | awk '$2 > 0' > "$f.sorted"
-            [ -s "$f.sorted" ] || continue
-            printf ", '%s' using 1:2 with %s title '%s'" "$f.sorted" "$(style "$i" "$name")" "$name"
-        done < "$work/p$n-names"
+        curves "$n" 2
         echo
         echo "set ylabel 'TFLOP/s'; set yrange [*:1560]"
         printf "plot 780 with lines lw 2 dt 2 lc rgb 'red' title 'bf16 ceiling 780 TFLOP/s'"
-        i=0
-        while IFS= read -r name; do
-            i=$((i + 1))
-            grep -qx "$i" "$work/p$n-computes" 2>/dev/null || continue
-            f="$work/p$n-s$i.dat"
-            sort -n "$f" | awk '$3 > 0' > "$f.flops"
-            [ -s "$f.flops" ] || continue
-            printf ", '%s' using 1:3 with %s title '%s'" "$f.flops" "$(style "$i" "$name")" "$name"
-        done < "$work/p$n-names"
+        curves "$n" 3
         echo
         echo "unset multiplot"
     } > "$gp"
