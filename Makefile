@@ -218,6 +218,8 @@ install: $(LIB) $(TOOL)
 	cp $(LIB) $(DESTDIR)$(PREFIX)/lib/
 	cp common/moe.h common/moe_plugin.h common/checkpoint.h common/safetensors.h common/numeric.h \
 	    common/layer_data.h $(DESTDIR)$(PREFIX)/include/inkling-moe/
+	$(if $(CUDA_SRC),sed -e 's|"../../common/moe.h"|"moe.h"|' opt/cuda/cuda_layer.h \
+	    > $(DESTDIR)$(PREFIX)/include/inkling-moe/cuda_layer.h)
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBS@|$(LDLIBS)|' inkling-moe.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/inkling-moe.pc
 
 help:
