@@ -16,7 +16,7 @@
 
 static const moe_backend *const all_backends[] = {&moe_backend_ref, &moe_backend_blas,
                                                   &moe_backend_cuda, &moe_backend_cuda_wmma,
-                                                  &moe_backend_cuda_gemv};
+                                                  &moe_backend_cuda_gemv, &moe_backend_cuda_mma};
 
 int moe_backend_count(void) { return (int)(sizeof all_backends / sizeof all_backends[0]); }
 

@@ -137,9 +137,11 @@ bool supports_variant(moe_cuda_variant variant, const moe_config *cfg, const moe
                                "memory and takes at most 51200", cfg->R);
         return false;
     }
-    if (variant == MOE_CUDA_EXPERTS_GEMV && cfg->routed_format != MOE_ROUTED_MXFP4) {
-        snprintf(why, why_len, "the GEMV expert kernels read MXFP4 routed experts only; this "
+    if ((variant == MOE_CUDA_EXPERTS_GEMV || variant == MOE_CUDA_EXPERTS_MMA) &&
+        cfg->routed_format != MOE_ROUTED_MXFP4) {
+        snprintf(why, why_len, "the %s expert kernels read MXFP4 routed experts only; this "
                                "layer's are %s (use cuda or cuda-wmma)",
+                 variant == MOE_CUDA_EXPERTS_GEMV ? "GEMV" : "mma",
                  moe_routed_format_get(cfg->routed_format)->name);
         return false;
     }
@@ -157,6 +159,10 @@ bool cuda_wmma_supports(const moe_config *cfg, const moe_split *split, const moe
 bool cuda_gemv_supports(const moe_config *cfg, const moe_split *split, const moe_options *opt,
                         char *why, size_t why_len) {
     return supports_variant(MOE_CUDA_EXPERTS_GEMV, cfg, split, opt, why, why_len);
+}
+bool cuda_mma_supports(const moe_config *cfg, const moe_split *split, const moe_options *opt,
+                       char *why, size_t why_len) {
+    return supports_variant(MOE_CUDA_EXPERTS_MMA, cfg, split, opt, why, why_len);
 }
 
 void free_workspace(cuda_state *s) {
@@ -337,6 +343,10 @@ moe_status cuda_wmma_create(const moe_shard *sh, const moe_options *opt, void **
 moe_status cuda_gemv_create(const moe_shard *sh, const moe_options *opt, void **out,
                             moe_error *err) {
     return create_variant(MOE_CUDA_EXPERTS_GEMV, sh, opt, out, err);
+}
+moe_status cuda_mma_create(const moe_shard *sh, const moe_options *opt, void **out,
+                           moe_error *err) {
+    return create_variant(MOE_CUDA_EXPERTS_MMA, sh, opt, out, err);
 }
 
 size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
@@ -556,6 +566,40 @@ moe_status finish_download(cuda_state *s, int T, float *out, moe_error *err) {
     return MOE_OK;
 }
 
+/* One expert-GEMM implementation: its tile size and its two kernels' launchers. */
+struct expert_kernels {
+    const char *name;
+    int tile_m;
+    moe_status (*gemm1)(cudaStream_t, const moe_cuda_experts *, int, int, const uint16_t *,
+                        const int32_t *, const int32_t *, const moe_cuda_tile *, const int32_t *,
+                        uint16_t *, moe_error *);
+    moe_status (*gemm2)(cudaStream_t, const moe_cuda_experts *, int, int, const uint16_t *,
+                        const int32_t *, const int32_t *, const moe_cuda_tile *, const int32_t *,
+                        float *, moe_error *);
+};
+
+const expert_kernels wmma_kernels = {"wmma", MOE_CUDA_TILE_M, moe_cuda_expert_gemm1,
+                                     moe_cuda_expert_gemm2};
+const expert_kernels gemv_kernels = {"gemv", MOE_CUDA_GEMV_M, moe_cuda_expert_gemv1,
+                                     moe_cuda_expert_gemv2};
+const expert_kernels mma_kernels = {"mma", MOE_CUDA_GEMV_M, moe_cuda_expert_mma1,
+                                    moe_cuda_expert_mma2};
+const expert_kernels mma16_kernels = {"mma16", 2 * MOE_CUDA_GEMV_M, moe_cuda_expert_mma1_m16,
+                                      moe_cuda_expert_mma2_m16};
+
+/* The variant's kernels for a call of T tokens. The thresholds are measured
+ * (cuda_internal.h, docs/perf-cuda.md). */
+const expert_kernels *expert_kernels_for(const cuda_state *s, int T) {
+    const expert_kernels *mma = T <= MOE_CUDA_MMA_NARROW_MAX_T ? &mma_kernels : &mma16_kernels;
+    switch (s->variant) {
+    case MOE_CUDA_EXPERTS_WMMA: return &wmma_kernels;
+    case MOE_CUDA_EXPERTS_GEMV: return &gemv_kernels;
+    case MOE_CUDA_EXPERTS_MMA: return mma;
+    case MOE_CUDA_EXPERTS_AUTO: break;
+    }
+    return s->experts.mxfp4 && T <= MOE_CUDA_MMA_MAX_T ? mma : &wmma_kernels;
+}
+
 /* The layer on the routed stream (the sinks forked off and joined), from x [T, D] bf16 on the
  * device to out [T, D] fp32 on the device; the workspace holds T tokens. Timing events
  * EV_GATE .. EV_COMBINE. */
@@ -577,18 +621,15 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, bool t
     TRY(run_sinks(s, T, x, timed, err));
 
     /* Few rows per expert: stream the weights (GEMV); else tiles on the tensor cores. */
-    const bool gemv = s->variant == MOE_CUDA_EXPERTS_GEMV ||
-                      (s->variant == MOE_CUDA_EXPERTS_AUTO && s->experts.mxfp4 &&
-                       T <= MOE_CUDA_GEMV_MAX_T);
-    TRY(moe_cuda_group(st, T, K, s->E, s->expert_first, gemv ? MOE_CUDA_GEMV_M : MOE_CUDA_TILE_M,
-                       s->ids, s->bad, s->group_scratch, s->counts, s->perm, s->tiles,
-                       s->n_tiles, err));
+    const expert_kernels *kern = expert_kernels_for(s, T);
+    TRY(moe_cuda_group(st, T, K, s->E, s->expert_first, kern->tile_m, s->ids, s->bad,
+                       s->group_scratch, s->counts, s->perm, s->tiles, s->n_tiles, err));
     TRY(mark(s, timed, EV_GROUP, st, err));
-    TRY((gemv ? moe_cuda_expert_gemv1 : moe_cuda_expert_gemm1)(
-        st, &s->experts, T, K, x, s->counts, s->perm, s->tiles, s->n_tiles, s->h, err));
+    TRY(kern->gemm1(st, &s->experts, T, K, x, s->counts, s->perm, s->tiles, s->n_tiles, s->h,
+                    err));
     TRY(mark(s, timed, EV_GEMM1, st, err));
-    TRY((gemv ? moe_cuda_expert_gemv2 : moe_cuda_expert_gemm2)(
-        st, &s->experts, T, K, s->h, s->counts, s->perm, s->tiles, s->n_tiles, s->y, err));
+    TRY(kern->gemm2(st, &s->experts, T, K, s->h, s->counts, s->perm, s->tiles, s->n_tiles, s->y,
+                    err));
     TRY(mark(s, timed, EV_GEMM2, st, err));
 
     CUDA_TRY(cudaStreamWaitEvent(st, s->sinks_done, 0));
@@ -787,6 +828,18 @@ extern "C" const moe_backend moe_backend_cuda_wmma = {
     cuda_available,
     cuda_wmma_supports,
     cuda_wmma_create,
+    cuda_forward,
+    cuda_route,
+    cuda_destroy,
+    moe_cuda_shape_hints,
+};
+
+extern "C" const moe_backend moe_backend_cuda_mma = {
+    "cuda-mma",
+    "CUDA path with the register-decoded mma expert kernels at every T (MXFP4 experts)",
+    cuda_available,
+    cuda_mma_supports,
+    cuda_mma_create,
     cuda_forward,
     cuda_route,
     cuda_destroy,

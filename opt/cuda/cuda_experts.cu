@@ -34,8 +34,11 @@
 
 const moe_shape_hint moe_cuda_shape_hints[] = {
     {"MOE_CUDA_TILE_M", MOE_HINT_EXPERT_ROWS, EXPERT_BM, "assignment rows per grouped-GEMM tile"},
-    {"MOE_CUDA_GEMV_M", MOE_HINT_EXPERT_ROWS, MOE_CUDA_GEMV_M, "assignment rows per GEMV tile"},
-    {"MOE_CUDA_GEMV_MAX_T", MOE_HINT_TOKENS, MOE_CUDA_GEMV_MAX_T, "largest T on the GEMV experts"},
+    {"MOE_CUDA_GEMV_M", MOE_HINT_EXPERT_ROWS, MOE_CUDA_GEMV_M, "assignment rows per GEMV/mma tile"},
+    {"2*MOE_CUDA_GEMV_M", MOE_HINT_EXPERT_ROWS, 2 * MOE_CUDA_GEMV_M, "rows per wide mma tile"},
+    {"MOE_CUDA_MMA_NARROW_MAX_T", MOE_HINT_TOKENS, MOE_CUDA_MMA_NARROW_MAX_T,
+     "largest T on 8-row mma tiles"},
+    {"MOE_CUDA_MMA_MAX_T", MOE_HINT_TOKENS, MOE_CUDA_MMA_MAX_T, "largest T on the mma experts"},
     {"EXPERT_BN", MOE_HINT_WIDTH, EXPERT_BN, "output columns per grouped-GEMM block"},
     {"EXPERT_BK", MOE_HINT_WIDTH, EXPERT_BK, "reduction elements per grouped-GEMM step"},
     {NULL, (moe_hint_kind)0, 0, NULL},

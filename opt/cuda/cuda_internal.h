@@ -47,11 +47,21 @@
 #define MOE_CUDA_TILE_M 32
 #define MOE_CUDA_GEMV_M 8
 
-/* The expert GEMM variant a layer uses. AUTO picks GEMV for MXFP4 experts while T is at most
- * MOE_CUDA_GEMV_MAX_T (few rows per expert: the weights' bytes are the floor) and the
- * tensor-core kernel otherwise; the other two force one (the harness fuzzes each by name). */
-typedef enum { MOE_CUDA_EXPERTS_AUTO, MOE_CUDA_EXPERTS_WMMA, MOE_CUDA_EXPERTS_GEMV } moe_cuda_variant;
-#define MOE_CUDA_GEMV_MAX_T 8 /* measured: GEMV ahead at T = 1 and 8, behind at 64 */
+/* The expert GEMM variant a layer uses. AUTO takes, for MXFP4 experts, the mma kernels
+ * (cuda_experts_mma.cu) while T is at most MOE_CUDA_MMA_MAX_T, with tiles of MOE_CUDA_GEMV_M
+ * rows up to MOE_CUDA_MMA_NARROW_MAX_T and twice that above, and the tensor-core wmma kernels
+ * otherwise (and for bf16 and NVFP4 experts). The others force one kind (the harness fuzzes
+ * each by name); GEMV, the older weight-streaming kernels, stays as a variant to compare.
+ * Measured on an H200, Inkling-Small (docs/perf-cuda.md): mma ahead of GEMV and wmma at
+ * T = 1, 8, 64 and 512 (16-row tiles ahead of 8 at 512, behind at 64), wmma ahead at 4096. */
+typedef enum {
+    MOE_CUDA_EXPERTS_AUTO,
+    MOE_CUDA_EXPERTS_WMMA,
+    MOE_CUDA_EXPERTS_GEMV,
+    MOE_CUDA_EXPERTS_MMA,
+} moe_cuda_variant;
+#define MOE_CUDA_MMA_NARROW_MAX_T 64
+#define MOE_CUDA_MMA_MAX_T 512
 
 /* The path's tiling constants as shape hints (moe.h), ended by {NULL}: cuda_experts.cu. */
 extern const moe_shape_hint moe_cuda_shape_hints[];
@@ -141,6 +151,23 @@ moe_status moe_cuda_expert_gemv2(cudaStream_t stream, const moe_cuda_experts *ex
                                  const uint16_t *h, const int32_t *counts, const int32_t *perm,
                                  const moe_cuda_tile *tiles, const int32_t *n_tiles, float *y,
                                  moe_error *err);
+
+/* The same two GEMMs with register-decoded weights on mma.sync (cuda_experts_mma.cu), MXFP4
+ * experts only, on a tile table of MOE_CUDA_GEMV_M (mma1/2) or twice as many (_m16) rows a
+ * tile. Same arguments and results. */
+#define MOE_CUDA_MMA_DECLARE(SUFFIX)                                                              \
+    moe_status moe_cuda_expert_mma1##SUFFIX(cudaStream_t stream, const moe_cuda_experts *ex,      \
+                                            int T, int K, const uint16_t *x,                      \
+                                            const int32_t *counts, const int32_t *perm,           \
+                                            const moe_cuda_tile *tiles, const int32_t *n_tiles,   \
+                                            uint16_t *h, moe_error *err);                         \
+    moe_status moe_cuda_expert_mma2##SUFFIX(cudaStream_t stream, const moe_cuda_experts *ex,      \
+                                            int T, int K, const uint16_t *h,                      \
+                                            const int32_t *counts, const int32_t *perm,           \
+                                            const moe_cuda_tile *tiles, const int32_t *n_tiles,   \
+                                            float *y, moe_error *err);
+MOE_CUDA_MMA_DECLARE()
+MOE_CUDA_MMA_DECLARE(_m16)
 
 /* ---------------------------------------------------------------- elementwise (cuda_elementwise.cu) */
 

@@ -15,3 +15,5 @@ const moe_backend moe_backend_cuda_wmma = {"cuda-wmma", "CUDA path, tensor-core 
                                            stub_available, NULL, NULL, NULL, NULL, NULL, NULL};
 const moe_backend moe_backend_cuda_gemv = {"cuda-gemv", "CUDA path, GEMV experts (not built)",
                                            stub_available, NULL, NULL, NULL, NULL, NULL, NULL};
+const moe_backend moe_backend_cuda_mma = {"cuda-mma", "CUDA path, mma experts (not built)",
+                                          stub_available, NULL, NULL, NULL, NULL, NULL, NULL};
