@@ -38,6 +38,8 @@ const moe_shape_hint moe_cuda_shape_hints[] = {
     {"2*MOE_CUDA_GEMV_M", MOE_HINT_EXPERT_ROWS, 2 * MOE_CUDA_GEMV_M, "rows per wide mma tile"},
     {"MOE_CUDA_MMA_NARROW_MAX_T", MOE_HINT_TOKENS, MOE_CUDA_MMA_NARROW_MAX_T,
      "largest T on 8-row mma tiles"},
+    {"MOE_CUDA_GATE_SMALL_MAX_T", MOE_HINT_TOKENS, MOE_CUDA_GATE_SMALL_MAX_T,
+     "largest T on the small gate kernel"},
     {"MOE_CUDA_MMA_MAX_T", MOE_HINT_TOKENS, MOE_CUDA_MMA_MAX_T, "largest T on the mma experts"},
     {"EXPERT_BN", MOE_HINT_WIDTH, EXPERT_BN, "output columns per grouped-GEMM block"},
     {"EXPERT_BK", MOE_HINT_WIDTH, EXPERT_BK, "reduction elements per grouped-GEMM step"},

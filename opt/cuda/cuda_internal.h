@@ -80,6 +80,15 @@ static inline int moe_cuda_tile_bound(int T, int K, int E, int tile_m) {
     return (int)bound;
 }
 
+/* ---------------------------------------------------------------- gate (cuda_gate.cu) */
+
+/* Gate logits for a few tokens without cuBLASLt: x [T, D] bf16, w [G, D] bf16 -> logits
+ * [T, G] fp32, fp32 sums in one fixed order. Only where moe_cuda_gate_small_fits(T, D). */
+#define MOE_CUDA_GATE_SMALL_MAX_T 8
+bool moe_cuda_gate_small_fits(int T, int D);
+moe_status moe_cuda_gate_small(cudaStream_t stream, int T, int D, int G, const uint16_t *x,
+                               const uint16_t *w, float *logits, moe_error *err);
+
 /* ---------------------------------------------------------------- routing (cuda_route.cu) */
 
 /* Selection and weights, one block per token, exactly as ref/ref_route.c computes them.

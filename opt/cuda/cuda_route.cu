@@ -52,6 +52,8 @@ __device__ pick block_best(pick p, pick *scratch) {
     return best;
 }
 
+__host__ __device__ size_t route_terms_offset(int R, int K);
+
 __device__ double log_sigmoid(double a) { return fmin(a, 0.0) - log1p(exp(-fabs(a))); }
 
 __device__ double weight_logit(const float *l, const int *ids, int R, int K, int j) {
@@ -65,7 +67,9 @@ __global__ void route_kernel(int D, int R, int K, int S, float route_scale, floa
     extern __shared__ float route_smem[];
     float *sel = route_smem;              /* [R] */
     int *picked = (int *)(route_smem + R); /* [K] */
+    double *terms = (double *)((char *)route_smem + route_terms_offset(R, K)); /* [K+S] */
     __shared__ pick scratch[ROUTE_THREADS / 32];
+    __shared__ double shared_max, shared_sum;
     const int t = blockIdx.x, G = R + S;
     float *l = logits + (size_t)t * G;
     int32_t *ids_t = ids + (size_t)t * K;
@@ -107,17 +111,32 @@ __global__ void route_kernel(int D, int R, int K, int S, float route_scale, floa
     }
     __syncthreads();
 
-    if (threadIdx.x == 0) { /* K + S terms, three passes as in the reference */
-        const int n = K + S;
+    /* K + S terms as in the reference: log-sigmoids, their maximum, exp(l - max), the sum in
+     * slot order, then each weight. The transcendental steps run one term a thread (a single
+     * thread took about 20 us at K + S = 8), the max and the sum stay serial and ordered. */
+    const int n = K + S;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) terms[j] = log_sigmoid(weight_logit(l, picked, R, K, j));
+    __syncthreads();
+    if (threadIdx.x == 0) {
         double m = -INFINITY;
-        for (int j = 0; j < n; j++) m = fmax(m, log_sigmoid(weight_logit(l, picked, R, K, j)));
-        double sum = 0.0;
-        for (int j = 0; j < n; j++) sum += exp(log_sigmoid(weight_logit(l, picked, R, K, j)) - m);
-        const double scale = (double)route_scale * (double)global_scale;
-        for (int j = 0; j < n; j++)
-            w_t[j] = (float)(exp(log_sigmoid(weight_logit(l, picked, R, K, j)) - m) / sum * scale);
+        for (int j = 0; j < n; j++) m = fmax(m, terms[j]);
+        shared_max = m;
     }
+    __syncthreads();
+    for (int j = threadIdx.x; j < n; j += blockDim.x) terms[j] = exp(terms[j] - shared_max);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double sum = 0.0;
+        for (int j = 0; j < n; j++) sum += terms[j];
+        shared_sum = sum;
+    }
+    __syncthreads();
+    const double scale = (double)route_scale * (double)global_scale;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) w_t[j] = (float)(terms[j] / shared_sum * scale);
 }
+
+/* Dynamic shared memory of route_kernel: sel [R] fp32, picked [K] int, terms [K+S] double. */
+__host__ __device__ size_t route_terms_offset(int R, int K) { return ((size_t)(R + K) * 4 + 7) / 8 * 8; }
 
 } // namespace
 
@@ -126,7 +145,7 @@ moe_status moe_cuda_route(cudaStream_t stream, int T, int D, int R, int K, int S
                           float *logits, const float *bias, int32_t *ids, float *weights,
                           int32_t *bad, moe_error *err) {
     if (T == 0) return MOE_OK;
-    size_t smem = (size_t)R * sizeof(float) + (size_t)K * sizeof(int);
+    size_t smem = route_terms_offset(R, K) + (size_t)(K + S) * sizeof(double);
     if (smem > 48 * 1024) {
         CUDA_TRY(cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)smem));
