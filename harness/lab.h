@@ -34,7 +34,7 @@
 #define LAB_EXIT_SKIPPED 77  /* nothing could run here (no GPU, or no CUDA in this build) */
 
 /* The stages the CUDA backend times (opt/cuda/cuda_profile.h), in its order, plus the host's
- * wall clock of one whole forward call. */
+ * wall clock of one whole forward call, from host memory and on device pointers. */
 typedef enum {
     LAB_UPLOAD = 0,
     LAB_GATE,
@@ -49,6 +49,8 @@ typedef enum {
     LAB_SINK_GEMM2,
     LAB_DEVICE, /* upload's end to combine's end: the layer on the device */
     LAB_HOST,   /* one forward call on the host's clock, transfers included */
+    LAB_DEVICE_CALL, /* one call on x and out already on the device (as a serving engine makes
+                        it, opt/cuda/cuda_profile.h), on the host's clock */
     LAB_STAGE_COUNT
 } lab_stage_id;
 

@@ -7,7 +7,9 @@
  *     reference runs once per T for every variant;
  *   - timed: 3 warm-up calls, then `iters` calls, each after the backend overwrites 256 MB
  *     (past the 50 MB L2) and on one of LAB_ROTATE inputs in turn; the median of each stage's
- *     CUDA event interval (opt/cuda/cuda_profile.h) and of the host's wall clock of the call.
+ *     CUDA event interval (opt/cuda/cuda_profile.h) and of the host's wall clock of the call;
+ *     the same for the call on x and out already on the device (its host clock), whose last
+ *     output must equal the host call's bit for bit.
  * A build without CUDA has no timer: everything reports SKIPPED.
  */
 #include "lab.h"
@@ -17,6 +19,8 @@
 
 #ifdef MOE_HAVE_CUDA
 #include "../opt/cuda/cuda_profile.h"
+
+#include <cuda_runtime_api.h>
 #endif
 
 #include <math.h>
@@ -162,6 +166,52 @@ static moe_status gpu_run_alloc(const moe_config *c, const moe_backend *be, int 
     return MOE_OK;
 }
 
+/* Times `iters` calls (after 3 warm-up calls) of each kind, each after an L2 flush and on the
+ * next of the batch's inputs: from host memory (the stage events and the host's clock) and on
+ * device pointers (the host's clock). samples [LAB_STAGE_COUNT][iters] in ms; out2 [T, D] gets
+ * the last host call's output, and *same whether the last device call gave the same bits. */
+static moe_status time_calls(void *state, const lab_batch *b, int D, int iters, float *samples,
+                             float *out2, bool *same, moe_error *err) {
+    const int T = b->c.T;
+    const size_t x_bytes = sizeof(uint16_t) * (size_t)T * D, out_bytes = sizeof(float) * (size_t)T * D;
+    void *x_dev[LAB_ROTATE] = {NULL}, *out_dev = NULL;
+    float *out3 = malloc(out_bytes + 1);
+    moe_status st = out3 ? MOE_OK : moe_fail(err, MOE_ERR_NOMEM, "lab: out of memory at T = %d", T);
+    cudaError_t ce = cudaMalloc(&out_dev, out_bytes + 4);
+    for (int r = 0; r < LAB_ROTATE && ce == cudaSuccess; r++) {
+        ce = cudaMalloc(&x_dev[r], x_bytes + 2);
+        if (ce == cudaSuccess) ce = cudaMemcpy(x_dev[r], b->x[r], x_bytes, cudaMemcpyHostToDevice);
+    }
+    if (!st && ce != cudaSuccess)
+        st = moe_fail(err, MOE_ERR_DEVICE, "lab: device buffers: %s", cudaGetErrorString(ce));
+    for (int it = -3; it < iters && !st; it++) {
+        moe_cuda_stage_times times, dtimes;
+        const int r = (it + 3) % LAB_ROTATE;
+        st = moe_cuda_flush_l2(state, err);
+        const double w0 = fuzz_now();
+        if (!st) st = moe_cuda_forward_timed(state, T, b->x[r], out2, &times, err);
+        const double w1 = fuzz_now();
+        if (!st) st = moe_cuda_flush_l2(state, err);
+        const double w2 = fuzz_now();
+        if (!st) st = moe_cuda_forward_device_timed(state, T, x_dev[r], out_dev, &dtimes, err);
+        if (it < 0 || st) continue;
+        samples[(size_t)LAB_HOST * iters + it] = (float)((w1 - w0) * 1e3);
+        samples[(size_t)LAB_DEVICE_CALL * iters + it] = (float)((fuzz_now() - w2) * 1e3);
+        for (int s = 0; s <= LAB_DEVICE; s++)
+            samples[(size_t)s * iters + it] = *(const float *)((const char *)&times + stage_field[s]);
+    }
+    if (!st) {
+        ce = cudaMemcpy(out3, out_dev, out_bytes, cudaMemcpyDeviceToHost);
+        if (ce != cudaSuccess)
+            st = moe_fail(err, MOE_ERR_DEVICE, "lab: reading out_dev: %s", cudaGetErrorString(ce));
+        *same = !st && memcmp(out2, out3, out_bytes) == 0;
+    }
+    for (int r = 0; r < LAB_ROTATE; r++) cudaFree(x_dev[r]);
+    cudaFree(out_dev);
+    free(out3);
+    return st;
+}
+
 /* One variant at one T: determinism, the check (if asked), the timings. Returns 1 on a failure. */
 static int run_variant(const lab_plan *p, const moe_layer_data *ld, const moe_backend *be,
                        void *state, lab_batch *b, bool check, FILE *out, FILE *csv) {
@@ -202,17 +252,11 @@ static int run_variant(const lab_plan *p, const moe_layer_data *ld, const moe_ba
     if (check) bad |= check_sample(p, ld, be, b, &gpu, out);
     moe_run_free(&gpu);
 
-    st = MOE_OK;
-    for (int it = -3; it < iters && !st; it++) {
-        moe_cuda_stage_times times;
-        st = moe_cuda_flush_l2(state, &err);
-        const double w0 = fuzz_now();
-        if (!st) st = moe_cuda_forward_timed(state, T, b->x[(it + 3) % LAB_ROTATE], out2, &times, &err);
-        if (it < 0 || st) continue;
-        samples[(size_t)LAB_HOST * iters + it] = (float)((fuzz_now() - w0) * 1e3);
-        for (int s = 0; s <= LAB_DEVICE; s++)
-            samples[(size_t)s * iters + it] = *(const float *)((const char *)&times + stage_field[s]);
-    }
+    bool same_on_device = false;
+    st = time_calls(state, b, c->D, iters, samples, out2, &same_on_device, &err);
+    if (!st)
+        fprintf(out, "  device-pointer call bitwise equal to the host call: %s\n", same_on_device ? "yes" : "NO");
+    bad |= !st && !same_on_device;
     if (st) {
         fprintf(out, "  TIMING ERROR: %s\n", err.msg);
         bad = 1;
@@ -221,19 +265,25 @@ static int run_variant(const lab_plan *p, const moe_layer_data *ld, const moe_ba
         lab_stages(c, T, distinct, stages);
         fprintf(out, "  distinct experts selected: %d (expected R(1-(1-K/R)^T) = %.1f)\n", distinct,
                 c->R * (1.0 - pow(1.0 - (double)c->K / c->R, T)));
-        fprintf(out, "  %-16s %10s %12s %10s %8s %10s %8s\n", "stage", "median us", "bytes", "GB/s",
+        fprintf(out, "  %-20s %10s %12s %10s %8s %10s %8s\n", "stage", "median us", "bytes", "GB/s",
                 "TFLOP/s", "floor us", "x floor");
+        double us_of[LAB_STAGE_COUNT];
+        for (int s = 0; s < LAB_STAGE_COUNT; s++) us_of[s] = median(samples + (size_t)s * iters, iters) * 1e3;
         for (int s = 0; s < LAB_STAGE_COUNT; s++) {
             if (!lab_focus_has(p->focus, (lab_stage_id)s)) continue;
-            const double us = median(samples + (size_t)s * iters, iters) * 1e3, secs = us * 1e-6;
+            const double us = us_of[s], secs = us * 1e-6;
             const double floor_s = lab_floor_s(&stages[s]);
-            fprintf(out, "  %-16s %10.1f %12.4g %10.0f %8.1f %10.1f %8.2f\n", stages[s].name, us,
+            fprintf(out, "  %-20s %10.1f %12.4g %10.0f %8.1f %10.1f %8.2f\n", stages[s].name, us,
                     stages[s].bytes, secs > 0 ? stages[s].bytes / secs * 1e-9 : 0.0,
                     secs > 0 ? stages[s].flops / secs * 1e-12 : 0.0, floor_s * 1e6,
                     floor_s > 0 ? secs / floor_s : 0.0);
             if (csv) lab_csv_row(csv, p->shape, be->name, T, &stages[s], us);
         }
         if (csv) fflush(csv);
+        /* what the host's call adds to the layer's device time */
+        if (us_of[LAB_DEVICE] > 0)
+            fprintf(out, "  host clock / layer on device: forward call %.2f, device-pointer call %.2f\n",
+                    us_of[LAB_HOST] / us_of[LAB_DEVICE], us_of[LAB_DEVICE_CALL] / us_of[LAB_DEVICE]);
     }
     free(out2);
     free(samples);
