@@ -34,6 +34,7 @@
 #include "selection.h"
 
 #include "../common/numeric.h"
+#include "../common/routing.h"
 #include "../ref/ref.h"
 
 #include <math.h>
@@ -248,7 +249,7 @@ static void token_logits_and_routing(builder *b, int t) {
         s->logit_r[g] = dmax(c - lo, hi - c);
     }
     int32_t *ids = e->ids + (size_t)t * K;
-    ref_route_token(s->logits, b->w->gate_bias, R, K, S, b->cfg->route_scale, b->w->global_scale,
+    moe_route_token(s->logits, b->w->gate_bias, R, K, S, b->cfg->route_scale, b->w->global_scale,
                     ids, s->weights);
     /* The ids every run is judged by: the contract's selection, computed apart from ref/, so
      * that a bug in the reference's selection cannot move the judge with it. (The weights stay

@@ -5,11 +5,12 @@
  * halves, nibbles swapped, E8M0 decoded with bias 126, scale blocks shifted by one, one E8M0
  * block off by one, a TP slab off by one row pair (ranks >= 1), global scale or route_scale
  * dropped. Bugs planted in the routing: ties to the higher index, the bias in the weights,
- * padding experts selectable. Bugs planted in the token loop (a copy of the reference's, built
- * from its exported pieces): a sink gamma on the wrong sink, the routed weight applied before
- * W2, the routed intermediates left unrounded (serving), y rounded to bf16 before weighting, the
- * last token of the batch dropped. NVFP4: scales read per 32 values, scale2 ignored, scale2
- * indexed by the grouped assignment row instead of the expert.
+ * padding experts selectable. Bugs planted through the seams of the reference's own token loop
+ * (ref.h, ref_layer; no copy of it here): a sink gamma on the wrong sink, the routed weight
+ * applied before W2, the routed intermediates left unrounded (serving), y rounded to bf16 before
+ * weighting, the last token of the batch dropped (the loop run on T - 1 tokens). NVFP4: scales
+ * read per 32 values, scale2 ignored, scale2 indexed by the grouped assignment row instead of
+ * the expert.
  * Bugs of the class the fuzzer was blind to: the OpenBLAS path's partial last weight tile
  * dropped (its declared TILE_ELEMENTS hint and clipping, emulated by zeroing the weight rows that
  * tile holds), the selection score rounded once, the log-sigmoid normaliser's maximum taken over
@@ -20,6 +21,7 @@
 #include "mutants.h"
 
 #include "../common/numeric.h"
+#include "../common/routing.h"
 #include "../ref/ref.h"
 
 #include <math.h>
@@ -60,12 +62,10 @@ typedef enum { MUTANT_LIST(AS_ENUM) M_COUNT } mutant_id;
 
 typedef struct {
     mutant_id id;
-    moe_shard sh; /* the mutated copy */
-    bool serving;
-    double *x, *row_buf, *h, *y, *acc, *sink;
-    float *logits, *tmp_logits, *tmp_bias, *weights;
-    double *tmp_a;
-    int32_t *ids;
+    moe_shard sh;   /* the mutated copy */
+    ref_layer *ref; /* the reference on sh, through this mutant's seams */
+    float *tmp_logits, *tmp_bias; /* [E_pad + S], [E_pad]: routing over rearranged experts */
+    double *tmp_a;  /* [K+S] the logits a mutant weighs */
 } mutant_state;
 
 /* ---------------------------------------------------------------- shard copy and mutations */
@@ -267,15 +267,19 @@ static void mutate_shard(mutant_id id, moe_shard *s) {
 
 /* ---------------------------------------------------------------- routing */
 
-static double log_sigmoid(double a) { return fmin(a, 0.0) - log1p(exp(-fabs(a))); }
-
-/* The log-space weights of contract.md [routing.weights] over n given logits (as ref_route.c), the
- * maximum taken over the first n_max of them (n: correct). */
+/* The log-space weights of contract.md [routing.weights] over n given logits, the maximum taken
+ * over the first n_max of them (n: correct; the bugs below weigh other logits or fewer). */
 static void weights_of(const double *a, int n, int n_max, double scale, float *w) {
     double m = -INFINITY, sum = 0.0;
-    for (int j = 0; j < n_max; j++) m = fmax(m, log_sigmoid(a[j]));
-    for (int j = 0; j < n; j++) sum += exp(log_sigmoid(a[j]) - m);
-    for (int j = 0; j < n; j++) w[j] = (float)(exp(log_sigmoid(a[j]) - m) / sum * scale);
+    for (int j = 0; j < n_max; j++) m = fmax(m, moe_log_sigmoid(a[j]));
+    for (int j = 0; j < n; j++) sum += exp(moe_log_sigmoid(a[j]) - m);
+    for (int j = 0; j < n; j++) w[j] = (float)(exp(moe_log_sigmoid(a[j]) - m) / sum * scale);
+}
+
+/* sel = fl32(sigma + bias): one rounding where the contract has two. ctx: a moe_score_input. */
+static float one_rounding_score(const void *ctx, int e) {
+    const moe_score_input *in = ctx;
+    return (float)(1.0 / (1.0 + exp(-(double)in->logits[e])) + (in->bias ? (double)in->bias[e] : 0.0));
 }
 
 static void mutant_route_token(mutant_state *m, const float *logits, int32_t *ids, float *w) {
@@ -290,33 +294,24 @@ static void mutant_route_token(mutant_state *m, const float *logits, int32_t *id
             m->tmp_bias[e] = bias ? bias[R - 1 - e] : 0.0f;
         }
         for (int k = 0; k < S; k++) m->tmp_logits[R + k] = logits[R + k];
-        ref_route_token(m->tmp_logits, m->tmp_bias, R, K, S, rs, gs, ids, w);
+        moe_route_token(m->tmp_logits, m->tmp_bias, R, K, S, rs, gs, ids, w);
         for (int k = 0; k < K; k++) ids[k] = R - 1 - ids[k];
         return;
     case M_BIAS_IN_WEIGHTS: /* the right experts, weighed by logit + bias */
-        ref_route_token(logits, bias, R, K, S, rs, gs, ids, w);
+        moe_route_token(logits, bias, R, K, S, rs, gs, ids, w);
         for (int j = 0; j < K + S; j++)
             m->tmp_a[j] = j < K ? (double)logits[ids[j]] + (bias ? (double)bias[ids[j]] : 0.0)
                                 : (double)logits[R + (j - K)];
         weights_of(m->tmp_a, K + S, K + S, (double)rs * (double)gs, w);
         return;
-    case M_ONE_ROUNDING: /* sel = fl32(sigma + bias): one rounding where the contract has two */
-        for (int k = 0; k < K; k++) {
-            int best = -1;
-            float best_sel = 0.0f;
-            for (int e = 0; e < R; e++) {
-                bool taken = false;
-                for (int j = 0; j < k; j++) taken = taken || ids[j] == e;
-                float sel = (float)(1.0 / (1.0 + exp(-(double)logits[e])) + (bias ? (double)bias[e] : 0.0));
-                if (!taken && (best < 0 || sel > best_sel)) best = e, best_sel = sel;
-            }
-            ids[k] = best;
-        }
-        for (int j = 0; j < K + S; j++) m->tmp_a[j] = j < K ? (double)logits[ids[j]] : (double)logits[R + (j - K)];
-        weights_of(m->tmp_a, K + S, K + S, (double)rs * (double)gs, w);
+    case M_ONE_ROUNDING: { /* the contract's selection on a once-rounded score */
+        const moe_score_input in = {logits, bias};
+        moe_select_top_k(one_rounding_score, &in, R, K, ids);
+        moe_route_weights(logits, ids, R, K, S, rs, gs, w);
         return;
+    }
     case M_ROUTED_ONLY_MAX: /* the right experts; the normaliser's max misses the sinks */
-        ref_route_token(logits, bias, R, K, S, rs, gs, ids, w);
+        moe_route_token(logits, bias, R, K, S, rs, gs, ids, w);
         for (int j = 0; j < K + S; j++) m->tmp_a[j] = j < K ? (double)logits[ids[j]] : (double)logits[R + (j - K)];
         weights_of(m->tmp_a, K + S, K, (double)rs * (double)gs, w);
         return;
@@ -327,97 +322,80 @@ static void mutant_route_token(mutant_state *m, const float *logits, int32_t *id
             m->tmp_logits[e] = e < R ? logits[e] : e < E ? 0.0f : logits[R + (e - E)];
             if (e < E) m->tmp_bias[e] = e < R && bias ? bias[e] : 0.0f;
         }
-        ref_route_token(m->tmp_logits, m->tmp_bias, E, K, S, rs, gs, ids, w);
+        moe_route_token(m->tmp_logits, m->tmp_bias, E, K, S, rs, gs, ids, w);
         return;
     }
-    default: ref_route_token(logits, bias, R, K, S, rs, gs, ids, w); return;
+    default: moe_route_token(logits, bias, R, K, S, rs, gs, ids, w); return;
     }
 }
 
-/* ---------------------------------------------------------------- the token loop */
+/* ---------------------------------------------------------------- the reference's seams */
 
-/* x [T, D] bf16 -> out [T, D]; the reference's loop (ref_backend.c) with the planted bugs. */
+static void seam_route(void *ctx, const float *logits, int32_t *ids, float *weights) {
+    mutant_route_token(ctx, logits, ids, weights);
+}
+
+/* Expert j of token t (j < K: routed slot j; else sink j - K). */
+static void seam_expert(void *ctx, int t, int j, const float *weights, ref_expert_call *call) {
+    const mutant_state *m = ctx;
+    const moe_shard *sh = &m->sh;
+    const int K = sh->cfg.K, S = sh->cfg.S;
+    switch (m->id) {
+    case M_NV_SCALE2_ROW: /* the grouped row's index instead of the expert's */
+        if (j < K) {
+            const int row = (t * K + j) % sh->n_local_experts;
+            call->w13.scale2 = sh->w13_scale2 + row;
+            call->w2.scale2 = sh->w2_scale2 + row;
+        }
+        break;
+    case M_WEIGHT_BEFORE_W2:
+        if (j < K) call->gamma = call->weight, call->weight = 1.0;
+        break;
+    case M_NO_ROUND_INTER:
+        if (j < K) call->round_inter = false;
+        break;
+    case M_SINK_GAMMA_SWAP:
+        if (j >= K) call->gamma = (double)weights[K + (j - K + 1) % S];
+        break;
+    default: break;
+    }
+}
+
+static void seam_expert_y(void *ctx, int j, double *y, int D) {
+    const mutant_state *m = ctx;
+    if (m->id != M_ROUND_Y || j >= m->sh.cfg.K) return;
+    for (int d = 0; d < D; d++) y[d] = (double)moe_round_bf16((float)y[d]);
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* Token T-1's output row and stages zeroed: out [T, D], st as asked (or NULL). */
+static void zero_last_token(const moe_shard *sh, int T, float *out, moe_stages *st) {
+    const size_t D = (size_t)sh->cfg.D, K = (size_t)sh->cfg.K, S = (size_t)sh->cfg.S;
+    const size_t t = (size_t)T - 1, G = (size_t)sh->cfg.R + S;
+    const size_t IL = (size_t)sh->I_local, SIL = (size_t)sh->sink_I_local;
+    memset(out + t * D, 0, D * sizeof(float));
+    if (!st) return;
+    if (st->logits) memset(st->logits + t * G, 0, G * sizeof(float));
+    if (st->topk_ids) memset(st->topk_ids + t * K, 0, K * sizeof(int32_t));
+    if (st->topk_weights) memset(st->topk_weights + t * (K + S), 0, (K + S) * sizeof(float));
+    if (st->routed_h) memset(st->routed_h + t * K * IL, 0, K * IL * sizeof(float));
+    if (st->routed_y) memset(st->routed_y + t * K * D, 0, K * D * sizeof(float));
+    if (st->sink_h) memset(st->sink_h + t * S * SIL, 0, S * SIL * sizeof(float));
+    if (st->sink_y) memset(st->sink_y + t * D, 0, D * sizeof(float));
+}
+
+/* x [T, D] bf16 -> out [T, D]: the reference's loop on the mutated shard, through the seams;
+ * drop_last_token leaves the last token's output and stages zero. */
 static moe_status mutant_forward(void *p, int T, const uint16_t *x, float *out, moe_stages *st,
                                  moe_error *err) {
     (void)err;
     mutant_state *m = p;
-    const moe_shard *sh = &m->sh;
-    const int D = sh->cfg.D, R = sh->cfg.R, K = sh->cfg.K, S = sh->cfg.S, G = R + S;
-    const int IL = sh->I_local, SIL = sh->sink_I_local;
-    const int T_run = m->id == M_DROP_LAST_TOKEN && T > 0 ? T - 1 : T;
-    if (T > 0) memset(out, 0, (size_t)T * D * sizeof(float));
-    if (st) {
-        if (st->logits) memset(st->logits, 0, (size_t)T * G * sizeof(float));
-        if (st->topk_ids) memset(st->topk_ids, 0, (size_t)T * K * sizeof(int32_t));
-        if (st->topk_weights) memset(st->topk_weights, 0, (size_t)T * (K + S) * sizeof(float));
-        if (st->routed_h) memset(st->routed_h, 0, (size_t)T * K * IL * sizeof(float));
-        if (st->routed_y) memset(st->routed_y, 0, (size_t)T * K * D * sizeof(float));
-        if (st->sink_h) memset(st->sink_h, 0, (size_t)T * S * SIL * sizeof(float));
-        if (st->sink_y) memset(st->sink_y, 0, (size_t)T * D * sizeof(float));
+    if (m->id == M_DROP_LAST_TOKEN && T > 0) {
+        zero_last_token(&m->sh, T, out, st);
+        T--;
     }
-    for (int t = 0; t < T_run; t++) {
-        bool finite = true;
-        for (int d = 0; d < D; d++) {
-            m->x[d] = (double)moe_bf16_to_f32(x[(size_t)t * D + d]);
-            finite = finite && isfinite(m->x[d]);
-        }
-        if (finite) {
-            ref_gate_logits(m->x, sh->gate_w, G, D, m->logits);
-            mutant_route_token(m, m->logits, m->ids, m->weights);
-        } else {
-            for (int g = 0; g < G; g++) m->logits[g] = NAN;
-            for (int k = 0; k < K; k++) m->ids[k] = k;
-            for (int j = 0; j < K + S; j++) m->weights[j] = NAN;
-        }
-        for (int d = 0; d < D; d++) m->acc[d] = m->sink[d] = 0.0;
-        for (int k = 0; k < K && finite; k++) {
-            int e = m->ids[k] - sh->expert_first;
-            if (e < 0 || e >= sh->n_local_experts) continue;
-            ref_matrix w13, w2;
-            ref_routed_matrices(sh, e, &w13, &w2);
-            if (m->id == M_NV_SCALE2_ROW) { /* the grouped row's index instead of the expert's */
-                const int row = (t * K + k) % sh->n_local_experts;
-                w13.scale2 = sh->w13_scale2 + row;
-                w2.scale2 = sh->w2_scale2 + row;
-            }
-            bool before = m->id == M_WEIGHT_BEFORE_W2;
-            bool round_inter = m->serving && m->id != M_NO_ROUND_INTER;
-            ref_expert_token(&w13, &w2, m->x, D, IL, before ? (double)m->weights[k] : 1.0,
-                             round_inter, m->h, m->y, m->row_buf);
-            for (int d = 0; d < D; d++) {
-                if (m->id == M_ROUND_Y) m->y[d] = (double)moe_round_bf16((float)m->y[d]);
-                m->acc[d] += (before ? 1.0 : (double)m->weights[k]) * m->y[d];
-            }
-            if (st && st->routed_h)
-                for (int j = 0; j < IL; j++) st->routed_h[((size_t)t * K + k) * IL + j] = (float)m->h[j];
-            if (st && st->routed_y)
-                for (int d = 0; d < D; d++) st->routed_y[((size_t)t * K + k) * D + d] = (float)m->y[d];
-        }
-        for (int s = 0; s < S && finite; s++) {
-            ref_matrix w13, w2;
-            ref_sink_matrices(sh, s, &w13, &w2);
-            int gamma_of = m->id == M_SINK_GAMMA_SWAP ? (s + 1) % S : s;
-            ref_expert_token(&w13, &w2, m->x, D, SIL, (double)m->weights[K + gamma_of], m->serving,
-                             m->h, m->y, m->row_buf);
-            for (int d = 0; d < D; d++) m->sink[d] += m->y[d];
-            if (st && st->sink_h)
-                for (int j = 0; j < SIL; j++) st->sink_h[((size_t)t * S + s) * SIL + j] = (float)m->h[j];
-        }
-        for (int d = 0; d < D; d++) {
-            float v = finite ? (float)(m->acc[d] + m->sink[d]) : NAN;
-            out[(size_t)t * D + d] = m->serving ? moe_round_bf16(v) : v;
-            if (st && st->sink_y) st->sink_y[(size_t)t * D + d] = finite ? (float)m->sink[d] : NAN;
-        }
-        if (st && st->logits) memcpy(st->logits + (size_t)t * G, m->logits, (size_t)G * sizeof(float));
-        if (st && st->topk_ids) memcpy(st->topk_ids + (size_t)t * K, m->ids, (size_t)K * sizeof(int32_t));
-        if (st && st->topk_weights)
-            memcpy(st->topk_weights + (size_t)t * (K + S), m->weights, (size_t)(K + S) * sizeof(float));
-    }
-    if (st)
-        st->filled = (st->logits ? MOE_STAGE_LOGITS : 0u) |
-                     (st->topk_ids && st->topk_weights ? MOE_STAGE_TOPK : 0u) |
-                     (st->routed_h ? MOE_STAGE_ROUTED_H : 0u) | (st->routed_y ? MOE_STAGE_ROUTED_Y : 0u) |
-                     (st->sink_h ? MOE_STAGE_SINK_H : 0u) | (st->sink_y ? MOE_STAGE_SINK_Y : 0u);
+    ref_layer_forward(m->ref, T, x, out, st);
     return MOE_OK;
 }
 
@@ -436,19 +414,11 @@ static moe_status mutant_route(void *p, int T, const float *logits, int32_t *ids
 static void mutant_destroy(void *p) {
     mutant_state *m = p;
     if (!m) return;
+    ref_layer_destroy(m->ref);
     moe_shard_free(&m->sh);
-    free(m->x);
-    free(m->row_buf);
-    free(m->h);
-    free(m->y);
-    free(m->acc);
-    free(m->sink);
-    free(m->logits);
     free(m->tmp_logits);
     free(m->tmp_bias);
-    free(m->weights);
     free(m->tmp_a);
-    free(m->ids);
     free(m);
 }
 
@@ -461,29 +431,23 @@ static moe_status mutant_create(mutant_id id, const moe_shard *shard, const moe_
         return moe_fail(err, MOE_ERR_NOMEM, "mutant: out of memory copying the shard");
     }
     m->id = id;
-    m->serving = opt->precision == MOE_PRECISION_SERVING;
     mutate_shard(id, &m->sh);
     const moe_config *c = &shard->cfg;
-    const size_t D = (size_t)c->D, wide = D > (size_t)shard->I_local ? D : (size_t)shard->I_local;
-    const size_t widest = wide > (size_t)shard->sink_I_local ? wide : (size_t)shard->sink_I_local;
     /* routing over up to E_pad (< R + n) experts plus the sinks */
     const size_t G_pad = (size_t)(c->R + shard->split.n + c->S);
-    m->x = malloc(D * sizeof(double));
-    m->row_buf = malloc(widest * sizeof(double));
-    m->h = malloc(widest * sizeof(double));
-    m->y = malloc(D * sizeof(double));
-    m->acc = malloc(D * sizeof(double));
-    m->sink = malloc(D * sizeof(double));
-    m->logits = malloc(G_pad * sizeof(float));
     m->tmp_logits = malloc(G_pad * sizeof(float));
     m->tmp_bias = malloc(G_pad * sizeof(float));
-    m->weights = malloc((size_t)(c->K + c->S) * sizeof(float));
     m->tmp_a = malloc((size_t)(c->K + c->S) * sizeof(double));
-    m->ids = malloc((size_t)c->K * sizeof(int32_t));
-    if (!m->x || !m->row_buf || !m->h || !m->y || !m->acc || !m->sink || !m->logits ||
-        !m->tmp_logits || !m->tmp_bias || !m->weights || !m->tmp_a || !m->ids) {
+    if (!m->tmp_logits || !m->tmp_bias || !m->tmp_a) {
         mutant_destroy(m);
         return moe_fail(err, MOE_ERR_NOMEM, "mutant: out of memory for scratch");
+    }
+    const ref_seams seams = {m, seam_route, seam_expert, seam_expert_y};
+    moe_status st = ref_layer_create(&m->sh, opt->precision == MOE_PRECISION_SERVING, &seams,
+                                     &m->ref, err);
+    if (st) {
+        mutant_destroy(m);
+        return st;
     }
     *out = m;
     return MOE_OK;

@@ -2,8 +2,8 @@
  * mutants.h: deliberately broken paths, each the reference with one plausible kernel bug.
  *
  * Rules: a mutant is a moe_backend named "mutant:<name>"; it copies the shard it is given,
- * plants its bug in the copy (or in its routing or token loop), and otherwise computes exactly
- * what the reference computes. supports() is false where the bug cannot show (an MXFP4 bug on
+ * plants its bug in the copy (or through a seam of the reference's token loop, ref.h), and runs
+ * the reference's own loop on it, so it otherwise computes exactly what the reference computes. supports() is false where the bug cannot show (an MXFP4 bug on
  * a bf16 layer, a split bug on an unsplit layer, a rounding bug in the exact contract). The
  * harness must catch every one of them (`make fuzz-selftest`); "mutant:none" plants nothing and
  * must never be caught (the control).

@@ -2,7 +2,7 @@
  * selection.c: the contract's expert selection, from contract.md [routing.select] (rules in
  * selection.h).
  *
- * Written apart from ref/ref_route.c on purpose, and differently: sigma in long double (its
+ * Written apart from common/routing.c on purpose, and differently: sigma in long double (its
  * correctly rounded fp32 value either way, away from midpoints), and the top K kept as a
  * sorted list that each expert is inserted into, instead of K rescans.
  */

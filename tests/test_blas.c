@@ -26,6 +26,7 @@
 #include "../common/layer_data.h"
 #include "../common/moe.h"
 #include "../common/numeric.h"
+#include "../common/routing.h"
 #include "../harness/compare.h"
 #include "../ref/ref.h"
 
@@ -412,7 +413,7 @@ static void test_route_entry_is_the_reference(void **state) {
     logits[R + S + 4] = logits[R + S + 9]; /* a tie within token 1 */
     assert_int_equal(moe_layer_route(layer, T, logits, ids, weights, &err), MOE_OK);
     for (int t = 0; t < T; t++) {
-        ref_route_token(logits + t * (R + S), sh.gate_bias, R, K, S, mid_cfg.route_scale,
+        moe_route_token(logits + t * (R + S), sh.gate_bias, R, K, S, mid_cfg.route_scale,
                         sh.global_scale, want_ids, want_w);
         assert_memory_equal(ids + t * K, want_ids, sizeof want_ids);
         assert_memory_equal(weights + t * (K + S), want_w, sizeof want_w);

@@ -7,11 +7,15 @@
  *     unavailable backend with its reason;
  *   - moe_layer_forward refuses T < 0 and NULL buffers, accepts T = 0, sets the filled bits;
  *   - moe_first_nonfinite_row finds NaN and inf of either sign, never a finite value;
+ *   - the shared layer rules (common/layer_rules.h): a non-finite token's routing and output,
+ *     the stages asked for, and the export of routing, slot and sink stages (zeros for a slot
+ *     that ran no expert, NaN sinks for a non-finite token), written only where asked;
  *   - status names and options defaults.
  */
 #include "test_support.h"
 
 #include "common/layer_data.h"
+#include "common/layer_rules.h"
 #include "common/numeric.h"
 
 static void test_backend_find(void **state) {
@@ -168,6 +172,59 @@ static void test_first_nonfinite_row(void **state) {
     }
 }
 
+static void test_layer_rules(void **state) {
+    (void)state;
+    /* D = 4, R = 3, K = 2, S = 2, I_local = 3, sink_I_local = 2; T = 2 */
+    moe_shard sh;
+    memset(&sh, 0, sizeof sh);
+    sh.cfg.D = 4, sh.cfg.R = 3, sh.cfg.K = 2, sh.cfg.S = 2, sh.I_local = 3, sh.sink_I_local = 2;
+    const moe_config *c = &sh.cfg;
+    uint16_t row[4] = {0x3F80, 0x0001, 0x7F7F, 0xFF7F};
+    assert_true(moe_row_finite(row, 4));
+    row[2] = 0xFFC0;
+    assert_false(moe_row_finite(row, 4));
+
+    float logits[5], weights[4], out[4];
+    int32_t ids[2] = {7, 7};
+    moe_nonfinite_route(c, logits, ids, weights);
+    moe_nonfinite_output(c, out);
+    for (int i = 0; i < 5; i++) assert_true(isnan(logits[i]));
+    for (int i = 0; i < 4; i++) assert_true(isnan(weights[i]) && isnan(out[i]));
+    assert_int_equal(ids[0], 0);
+    assert_int_equal(ids[1], 1);
+
+    float st_logits[2 * 5], st_w[2 * 4], rh[2 * 2 * 3], ry[2 * 2 * 4], sh_h[2 * 2 * 2], sy[2 * 4];
+    int32_t st_ids[2 * 2];
+    moe_stages st = {st_logits, st_ids, st_w, rh, ry, sh_h, sy, 0};
+    assert_int_equal(moe_stages_wanted(NULL), 0);
+    assert_int_equal(moe_stages_wanted(&st), MOE_STAGE_LOGITS | MOE_STAGE_TOPK | MOE_STAGE_ROUTED_H |
+                                                 MOE_STAGE_ROUTED_Y | MOE_STAGE_SINK_H | MOE_STAGE_SINK_Y);
+    moe_stages half = {NULL, st_ids, NULL, NULL, ry, NULL, NULL, 0}; /* ids without weights */
+    assert_int_equal(moe_stages_wanted(&half), MOE_STAGE_ROUTED_Y);
+
+    for (size_t i = 0; i < sizeof rh / sizeof rh[0]; i++) rh[i] = -1.0f;
+    for (size_t i = 0; i < sizeof ry / sizeof ry[0]; i++) ry[i] = -1.0f;
+    const float h[3] = {1, 2, 3}, y[4] = {4, 5, 6, 7}, hs[4] = {8, 9, 10, 11};
+    moe_stages_put_route(&st, c, 1, 1, logits, ids, weights);
+    assert_true(isnan(st_logits[5]) && isnan(st_w[4 + 3]) && st_ids[3] == 1);
+    moe_stages_put_slot(&st, &sh, 1, 0, h, y);
+    moe_stages_put_slot(&st, &sh, 1, 1, NULL, NULL);
+    assert_memory_equal(rh + 2 * 3, h, sizeof h);
+    assert_memory_equal(ry + 2 * 4, y, sizeof y);
+    for (int i = 0; i < 3; i++) assert_true(rh[3 * 3 + i] == 0.0f && rh[i] == -1.0f);
+    for (int i = 0; i < 4; i++) assert_true(ry[3 * 4 + i] == 0.0f && ry[i] == -1.0f);
+    moe_stages_put_sinks(&st, &sh, 0, hs, y);
+    moe_stages_put_sinks(&st, &sh, 1, NULL, NULL);
+    assert_memory_equal(sh_h, hs, sizeof hs);
+    assert_memory_equal(sy, y, sizeof y);
+    for (int i = 0; i < 4; i++) assert_true(isnan(sh_h[4 + i]) && isnan(sy[4 + i]));
+    /* a stage not asked for is never written; NULL stages are no call at all */
+    moe_stages_put_slot(&half, &sh, 0, 0, h, y);
+    moe_stages_put_sinks(&half, &sh, 0, NULL, NULL);
+    moe_stages_put_route(NULL, c, 0, 1, logits, ids, weights);
+    assert_memory_equal(ry, y, sizeof y);
+}
+
 static void test_status_names_and_defaults(void **state) {
     (void)state;
     assert_string_equal(moe_status_name(MOE_OK), "ok");
@@ -199,6 +256,7 @@ int main(void) {
         cmocka_unit_test(test_layer_create_refuses),
         cmocka_unit_test(test_layer_forward_arguments),
         cmocka_unit_test(test_first_nonfinite_row),
+        cmocka_unit_test(test_layer_rules),
         cmocka_unit_test(test_status_names_and_defaults),
     };
     return cmocka_run_group_tests_name("layer_api", tests, NULL, NULL);

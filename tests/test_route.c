@@ -1,6 +1,7 @@
 /*
- * test_route.c: selection and routing weights (contract.md [routing]) of the reference,
- * through ref_route_token and through moe_layer_route.
+ * test_route.c: selection and routing weights (contract.md [routing]) of the shared CPU routing
+ * (common/routing.c, which the reference and the OpenBLAS path both use), through
+ * moe_route_token, moe_select_top_k and moe_layer_route.
  *
  * Rules checked:
  *   - sel = sigmoid(logit) + bias in fp32; the K largest; ties: lowest index; slot order by
@@ -11,13 +12,15 @@
  *   - extreme logits (-200, -1000, +inf) give finite weights, -inf gives weight 0;
  *   - 1-ulp near-ties decided by the bias: sel rounded twice (sigma to fp32, then the sum)
  *     ties where one rounding would not, and the lowest index wins; the reference and the
- *     harness's own selector (harness/selection.c) both follow the contract.
+ *     harness's own selector (harness/selection.c) both follow the contract;
+ *   - moe_select_top_k on any score function: the same order rules; moe_contract_score is the
+ *     harness's own score (harness/selection.c) bit for bit.
  */
 #include "test_support.h"
 
 #include "common/layer_data.h"
 #include "common/numeric.h"
-#include "ref/ref.h"
+#include "common/routing.h"
 #include "harness/selection.h"
 
 #include <float.h>
@@ -50,7 +53,7 @@ static void test_ties_at_k_boundary(void **state) {
     const float logits[6 + 1] = {0.1f, 0.5f, 0.5f, 0.3f, 0.9f, 0.5f, 0.0f};
     int32_t ids[3];
     float w[4];
-    ref_route_token(logits, NULL, 6, 3, 1, 1.0f, 1.0f, ids, w);
+    moe_route_token(logits, NULL, 6, 3, 1, 1.0f, 1.0f, ids, w);
     assert_int_equal(ids[0], 4);
     assert_int_equal(ids[1], 1);
     assert_int_equal(ids[2], 2);
@@ -63,7 +66,7 @@ static void test_all_equal_logits(void **state) {
     for (int e = 0; e < 10; e++) logits[e] = -0.75f;
     int32_t ids[5];
     float w[7];
-    ref_route_token(logits, NULL, 8, 5, 2, 8.0f, 1.0f, ids, w);
+    moe_route_token(logits, NULL, 8, 5, 2, 8.0f, 1.0f, ids, w);
     for (int k = 0; k < 5; k++) assert_int_equal(ids[k], k);
     for (int j = 0; j < 7; j++) assert_weight(w[j], 8.0L / 7.0L);
 }
@@ -74,7 +77,7 @@ static void test_k_equals_r_slot_order(void **state) {
     const float logits[5 + 1] = {1.0f, -1.0f, 1.0f, 2.0f, 1.0f, 0.5f};
     int32_t ids[5];
     float w[6];
-    ref_route_token(logits, NULL, 5, 5, 1, 1.0f, 1.0f, ids, w);
+    moe_route_token(logits, NULL, 5, 5, 1, 1.0f, 1.0f, ids, w);
     const int32_t expect[5] = {3, 0, 2, 4, 1};
     for (int k = 0; k < 5; k++) assert_int_equal(ids[k], expect[k]);
     long double ew[6];
@@ -90,7 +93,7 @@ static void test_fp32_saturated_sigmoid_is_a_tie(void **state) {
     const float logits[3 + 1] = {0.0f, 20.0f, 30.0f, 0.0f};
     int32_t ids[2];
     float w[3];
-    ref_route_token(logits, NULL, 3, 2, 1, 1.0f, 1.0f, ids, w);
+    moe_route_token(logits, NULL, 3, 2, 1, 1.0f, 1.0f, ids, w);
     assert_int_equal(ids[0], 1);
     assert_int_equal(ids[1], 2);
 }
@@ -103,14 +106,14 @@ static void test_bias_flips_selection_not_weights(void **state) {
     const float bias[2] = {0.0f, 0.4f};
     int32_t ids[1];
     float w[2];
-    ref_route_token(logits, bias, 2, 1, 1, 8.0f, 1.5f, ids, w);
+    moe_route_token(logits, bias, 2, 1, 1, 8.0f, 1.5f, ids, w);
     assert_int_equal(ids[0], 1);
     /* the weight of expert 1 comes from its raw logit 0 only: sigma(0) / (sigma(0) + sigma(1)) */
     long double s0 = 0.5L, s1 = test_sigmoid(1.0L);
     assert_weight(w[0], s0 / (s0 + s1) * 12.0L);
     assert_weight(w[1], s1 / (s0 + s1) * 12.0L);
     /* without the bias expert 0 wins, weighed by sigma(2) */
-    ref_route_token(logits, NULL, 2, 1, 1, 8.0f, 1.5f, ids, w);
+    moe_route_token(logits, NULL, 2, 1, 1, 8.0f, 1.5f, ids, w);
     assert_int_equal(ids[0], 0);
     long double s2 = test_sigmoid(2.0L);
     assert_weight(w[0], s2 / (s2 + s1) * 12.0L);
@@ -126,8 +129,8 @@ static void test_uniform_bias_leaves_weights_bitwise(void **state) {
     for (int e = 0; e < R; e++) bias[e] = 0.25f;
     int32_t ids_a[K], ids_b[K];
     float wa[K + S], wb[K + S];
-    ref_route_token(logits, NULL, R, K, S, 8.0f, 1.0f, ids_a, wa);
-    ref_route_token(logits, bias, R, K, S, 8.0f, 1.0f, ids_b, wb);
+    moe_route_token(logits, NULL, R, K, S, 8.0f, 1.0f, ids_a, wa);
+    moe_route_token(logits, bias, R, K, S, 8.0f, 1.0f, ids_b, wb);
     assert_memory_equal(ids_a, ids_b, sizeof ids_a);
     assert_memory_equal(wa, wb, sizeof wa);
 }
@@ -143,7 +146,7 @@ static void test_weights_match_sigmoid_formula(void **state) {
         const float rs = 8.0f, gs = (float)(0.5 + moe_rng_uniform(&rng));
         int32_t ids[K];
         float w[K + S];
-        ref_route_token(logits, bias, R, K, S, rs, gs, ids, w);
+        moe_route_token(logits, bias, R, K, S, rs, gs, ids, w);
         /* selection against a brute-force rank count: slot k's expert has exactly k experts
          * ranked above it (larger sel, or equal sel and lower index) */
         for (int k = 0; k < K; k++) {
@@ -172,7 +175,7 @@ static void test_extreme_logits_stay_finite(void **state) {
     float w[3];
     /* +inf and -200 among the chosen, a sink at 0: sigma = 1, e^-200, 1/2 */
     const float a[3 + 1] = {-200.0f, INFINITY, -300.0f, 0.0f};
-    ref_route_token(a, NULL, 3, 2, 1, 8.0f, 1.0f, ids, w);
+    moe_route_token(a, NULL, 3, 2, 1, 8.0f, 1.0f, ids, w);
     assert_int_equal(ids[0], 1);
     assert_int_equal(ids[1], 0);
     long double ew[3];
@@ -183,7 +186,7 @@ static void test_extreme_logits_stay_finite(void **state) {
     }
     /* everything far below -100: a naive sigmoid underflows to 0/0, the log form must not */
     const float b[2 + 1] = {-1000.0f, -1100.0f, -1050.0f};
-    ref_route_token(b, NULL, 2, 2, 1, 8.0f, 1.0f, ids, w);
+    moe_route_token(b, NULL, 2, 2, 1, 8.0f, 1.0f, ids, w);
     expected_weights(b, ids, 2, 2, 1, 8.0L, ew);
     for (int j = 0; j < 3; j++) {
         assert_true(isfinite(w[j]));
@@ -192,7 +195,7 @@ static void test_extreme_logits_stay_finite(void **state) {
     assert_true(w[0] > 7.99f && w[2] > 0.0f); /* 8 e^-50 ~ 1.5e-21 is a normal fp32 */
     /* -inf: weight exactly 0, the others share the scale */
     const float c[2 + 1] = {1.0f, -INFINITY, 1.0f};
-    ref_route_token(c, NULL, 2, 2, 1, 8.0f, 1.0f, ids, w);
+    moe_route_token(c, NULL, 2, 2, 1, 8.0f, 1.0f, ids, w);
     assert_int_equal(ids[0], 0);
     assert_int_equal(ids[1], 1);
     assert_true(w[1] == 0.0f);
@@ -295,7 +298,7 @@ static void test_one_ulp_ties_decided_by_bias(void **state) {
             const int32_t want[2] = {a < b ? a : b, a < b ? b : a};
             int32_t ids[2];
             float w[3], scratch[2];
-            ref_route_token(logits, bias, 4, 2, 1, 1.0f, 1.0f, ids, w);
+            moe_route_token(logits, bias, 4, 2, 1, 1.0f, 1.0f, ids, w);
             assert_int_equal(ids[0], want[0]);
             assert_int_equal(ids[1], want[1]);
             contract_select(logits, bias, 4, 2, ids, scratch);
@@ -305,6 +308,35 @@ static void test_one_ulp_ties_decided_by_bias(void **state) {
             discriminating += want[0] != (b_wins_once ? b : a);
         }
     assert_true(discriminating >= 4);
+}
+
+/* Scores given by a table: ctx is the float array. */
+static float table_score(const void *ctx, int e) { return ((const float *)ctx)[e]; }
+
+static void test_select_top_k_on_given_scores(void **state) {
+    (void)state;
+    /* 7 scores: 3.0 at e5, 2.0 at e1, e4 (tie: ascending), -inf at e0, NaN never beats anyone */
+    const float sel[7] = {-INFINITY, 2.0f, 1.0f, NAN, 2.0f, 3.0f, 1.0f};
+    int32_t ids[7];
+    moe_select_top_k(table_score, sel, 7, 5, ids);
+    const int32_t want[5] = {5, 1, 4, 2, 6};
+    assert_memory_equal(ids, want, sizeof want);
+    /* K = R: every expert once, the last slots in ascending index among the unordered */
+    moe_select_top_k(table_score, sel, 7, 7, ids);
+    bool seen[7] = {false};
+    for (int k = 0; k < 7; k++) {
+        assert_true(ids[k] >= 0 && ids[k] < 7 && !seen[ids[k]]);
+        seen[ids[k]] = true;
+    }
+    /* the contract's score is the harness's, bit for bit, bias or none */
+    moe_rng rng = moe_rng_make(13, 0);
+    for (int i = 0; i < 1000; i++) {
+        float logits[2] = {(float)(4.0 * moe_rng_normal(&rng)), 0.0f};
+        float bias[1] = {(float)(0.1 * moe_rng_normal(&rng))};
+        const moe_score_input with = {logits, bias}, without = {logits, NULL};
+        assert_true(moe_contract_score(&with, 0) == contract_sel_score(logits[0], bias[0]));
+        assert_true(moe_contract_score(&without, 0) == contract_sel_score(logits[0], 0.0f));
+    }
 }
 
 static void test_layer_route_arguments(void **state) {
@@ -327,6 +359,7 @@ int main(void) {
         cmocka_unit_test(test_all_equal_logits),
         cmocka_unit_test(test_k_equals_r_slot_order),
         cmocka_unit_test(test_fp32_saturated_sigmoid_is_a_tie),
+        cmocka_unit_test(test_select_top_k_on_given_scores),
         cmocka_unit_test(test_bias_flips_selection_not_weights),
         cmocka_unit_test(test_uniform_bias_leaves_weights_bitwise),
         cmocka_unit_test(test_weights_match_sigmoid_formula),

@@ -6,7 +6,8 @@
  *   - gate logits: one cblas_sgemm per fixed chunk of tokens on fp32 copies of x and the gate
  *     (bf16 -> fp32 is exact; only the accumulation order differs from the reference); every
  *     product with fewer than 4 token rows is one cblas_sgemv per row instead;
- *   - selection and weights: ref_route_token, the reference's own code;
+ *   - selection and weights: moe_route_token, the CPU routing shared with the reference
+ *     (common/routing.h; checked apart from both by harness/selection.c and tests/test_route.c);
  *   - routed experts, grouped by expert: the rows of x routed to a local expert are gathered;
  *     an MXFP4 expert with fewer than BLAS_FUSED_BELOW rows runs the fused decode-and-dot
  *     kernels (blas_fused.c) on bf16 copies of the rows; a larger group, or bf16 or NVFP4
@@ -27,12 +28,17 @@
  *     same for any thread count; below BLAS_PARALLEL_TOKENS tokens the per-token loops run on
  *     one thread (a team barrier costs more than their work when the cores are shared);
  *   - non-finite input rows (contract.md [nonfinite]): their fp32 copy is zeroed so no NaN enters a
- *     GEMM batch; afterwards they get NaN logits, weights, output, sink_h and sink_y, zero
- *     routed_h and routed_y, and ids 0..K-1, as the reference writes them.
+ *     GEMM batch; their routing, output and stages follow the shared rules of
+ *     common/layer_rules.h, which the reference calls too;
+ *   - one forward call: plan the tiles, allocate, then input_to_f32, gate_logits, route_tokens,
+ *     group_by_expert and gather_rows, run_gemms (GEMM1 + h, GEMM2, routed and sinks as work
+ *     items), combine_output, export_stages.
  */
 #include "blas_internal.h"
 
+#include "../../common/layer_rules.h"
 #include "../../common/numeric.h"
+#include "../../common/routing.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -211,8 +217,36 @@ static void gemm2_tile(const ref_matrix *w2, const float *h, int ldh, int n, int
     apply_scale2(w2, n, len, y + d0, ldy);
 }
 
+/* The tiling of one call and the scratch it needs: functions of the shapes alone. */
+typedef struct {
+    int r_ch, s_ch;       /* GEMM1 channels per tile: routed experts, sinks */
+    int r_rows, s_rows;   /* GEMM2 output rows per tile: routed experts, sinks */
+    size_t tile_floats;   /* one decoded weight tile */
+    size_t per_thread;    /* one thread's scratch: a tile, then T rows of GEMM1 products */
+    size_t max_items;     /* work items of the larger GEMM phase */
+} blas_plan;
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+static int max_int(int a, int b) { return a > b ? a : b; }
+
+static blas_plan plan_of(const moe_shard *sh, int T) {
+    const int D = sh->cfg.D, S = sh->cfg.S, IL = sh->I_local, SIL = sh->sink_I_local;
+    blas_plan p;
+    p.r_ch = gemm1_tile_channels(D, IL), p.s_ch = gemm1_tile_channels(D, SIL);
+    p.r_rows = gemm2_tile_rows(D, IL), p.s_rows = gemm2_tile_rows(D, SIL);
+    p.tile_floats = max_sz(max_sz((size_t)2 * p.r_ch * D, (size_t)2 * p.s_ch * D),
+                           max_sz((size_t)p.r_rows * IL, (size_t)p.s_rows * SIL));
+    p.per_thread = p.tile_floats + (size_t)T * 2 * max_int(p.r_ch, p.s_ch);
+    const int r_tiles1 = (IL + p.r_ch - 1) / p.r_ch, s_tiles1 = SIL > 0 ? (SIL + p.s_ch - 1) / p.s_ch : 0;
+    const int r_tiles2 = (D + p.r_rows - 1) / p.r_rows, s_tiles2 = (D + p.s_rows - 1) / p.s_rows;
+    p.max_items = (size_t)sh->n_local_experts * (size_t)max_int(r_tiles1, r_tiles2) +
+                  (size_t)S * (size_t)max_int(s_tiles1, s_tiles2);
+    return p;
+}
+
 /* Everything one forward call needs besides the state; freed as a whole. */
 typedef struct {
+    blas_plan plan;
     float *xf;          /* [T, D] fp32 input, non-finite rows zeroed */
     unsigned char *finite; /* [T] */
     float *logits;      /* [T, G] */
@@ -228,7 +262,7 @@ typedef struct {
     float *gamma;       /* [S, T] sink gammas, 0 on non-finite rows */
     float *hs;          /* [T, S, sink_I_local] sink h */
     float *ys;          /* [S, T, D] per-sink y; ys[0] becomes the sink sum */
-    float *scratch;     /* [n_threads, tile_floats + T * gu_floats] */
+    float *scratch;     /* [n_threads, plan.per_thread] */
     blas_item *items;   /* work lists */
     unsigned char *fused; /* [E] whether expert e takes the fused kernels */
     uint16_t *xa;       /* [P, blas_fused_stride(D)] arranged rows of fused experts */
@@ -271,7 +305,46 @@ static void *alloc_or_flag(size_t n, size_t size, bool *failed) {
     return p;
 }
 
-static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+/* The buffers sized by T (and the plan's items and scratch); false if one could not be had. */
+static bool work_alloc_tokens(blas_work *w, const moe_shard *sh, int T, int nt) {
+    const moe_config *c = &sh->cfg;
+    const size_t t = (size_t)T, TD = t * (size_t)c->D, K = (size_t)c->K, S = (size_t)c->S;
+    const size_t E = (size_t)sh->n_local_experts;
+    bool nomem = false;
+    w->xf = alloc_or_flag(TD, sizeof(float), &nomem);
+    w->finite = alloc_or_flag(t, 1, &nomem);
+    w->logits = alloc_or_flag(t * (size_t)(c->R + c->S), sizeof(float), &nomem);
+    w->ids = alloc_or_flag(t * K, sizeof(int32_t), &nomem);
+    w->weights = alloc_or_flag(t * (K + S), sizeof(float), &nomem);
+    w->count = alloc_or_flag(E, sizeof(int), &nomem);
+    w->offset = alloc_or_flag(E + 1, sizeof(int), &nomem);
+    w->pair_token = alloc_or_flag(t * K, sizeof(int), &nomem);
+    w->slot_pair = alloc_or_flag(t * K, sizeof(int), &nomem);
+    w->gamma = alloc_or_flag(S * t, sizeof(float), &nomem);
+    w->hs = alloc_or_flag(t * S * (size_t)sh->sink_I_local, sizeof(float), &nomem);
+    w->ys = alloc_or_flag((S > 0 ? S : 1) * TD, sizeof(float), &nomem);
+    w->scratch = alloc_or_flag((size_t)nt * w->plan.per_thread, sizeof(float), &nomem);
+    w->items = alloc_or_flag(w->plan.max_items, sizeof(blas_item), &nomem);
+    return !nomem;
+}
+
+/* The buffers sized by the P routed (expert, token) pairs; false if one could not be had. */
+static bool work_alloc_pairs(blas_work *w, const moe_shard *sh, int P) {
+    const size_t p = (size_t)P, D = (size_t)sh->cfg.D, IL = (size_t)sh->I_local;
+    const size_t E = (size_t)sh->n_local_experts;
+    bool nomem = false;
+    w->xg = alloc_or_flag(p * D, sizeof(float), &nomem);
+    w->hg = alloc_or_flag(p * IL, sizeof(float), &nomem);
+    w->yg = alloc_or_flag(p * D, sizeof(float), &nomem);
+    w->fused = alloc_or_flag(E, 1, &nomem);
+    w->xa = alloc_or_flag(p * blas_fused_stride((int)D), sizeof(uint16_t), &nomem);
+    w->ha = alloc_or_flag(p * blas_fused_stride((int)IL), sizeof(uint16_t), &nomem);
+    w->pair_range = alloc_or_flag(p, sizeof(blas_act_range), &nomem);
+    w->item_range = alloc_or_flag(w->plan.max_items, sizeof(blas_act_range), &nomem);
+    w->range1 = alloc_or_flag(E, sizeof(blas_act_range), &nomem);
+    w->range2 = alloc_or_flag(E, sizeof(blas_act_range), &nomem);
+    return !nomem;
+}
 
 /* Groups the finite tokens' slots by local expert, in token order within an expert. */
 static int group_by_expert(const moe_shard *sh, int T, blas_work *w) {
@@ -328,243 +401,230 @@ static blas_act_range arrange_h(const float *hg, int n, int IL, int j0, int len,
     return r;
 }
 
-static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, moe_stages *st,
-                               moe_error *err) {
-    blas_state *s = p;
-    const moe_shard *sh = s->shard;
-    const moe_config *c = &sh->cfg;
-    const int D = c->D, R = c->R, K = c->K, S = c->S, G = R + S, KS = K + S;
-    const int IL = sh->I_local, SIL = sh->sink_I_local, E = sh->n_local_experts;
-    const int nt = s->n_threads;
-    const size_t TD = (size_t)T * D;
-    if (st) st->filled = 0;
-
-    /* Tiles and their scratch: sizes from the shapes alone. */
-    const int r_ch = gemm1_tile_channels(D, IL), s_ch = gemm1_tile_channels(D, SIL);
-    const int r_rows = gemm2_tile_rows(D, IL), s_rows = gemm2_tile_rows(D, SIL);
-    const size_t tile_floats =
-        max_sz(max_sz((size_t)2 * r_ch * D, (size_t)2 * s_ch * D),
-               max_sz((size_t)r_rows * IL, (size_t)s_rows * SIL));
-    const size_t gu_floats = (size_t)2 * (r_ch > s_ch ? r_ch : s_ch);
-    const size_t per_thread = tile_floats + (size_t)T * gu_floats;
-    const int r_tiles1 = (IL + r_ch - 1) / r_ch, s_tiles1 = SIL > 0 ? (SIL + s_ch - 1) / s_ch : 0;
-    const int r_tiles2 = (D + r_rows - 1) / r_rows, s_tiles2 = (D + s_rows - 1) / s_rows;
-    const size_t max_items = (size_t)E * (size_t)(r_tiles1 > r_tiles2 ? r_tiles1 : r_tiles2) +
-                             (size_t)S * (size_t)(s_tiles1 > s_tiles2 ? s_tiles1 : s_tiles2);
-
-    blas_work w;
-    memset(&w, 0, sizeof w);
-    bool nomem = false;
-    w.xf = alloc_or_flag(TD, sizeof(float), &nomem);
-    w.finite = alloc_or_flag((size_t)T, 1, &nomem);
-    w.logits = alloc_or_flag((size_t)T * G, sizeof(float), &nomem);
-    w.ids = alloc_or_flag((size_t)T * K, sizeof(int32_t), &nomem);
-    w.weights = alloc_or_flag((size_t)T * KS, sizeof(float), &nomem);
-    w.count = alloc_or_flag((size_t)E, sizeof(int), &nomem);
-    w.offset = alloc_or_flag((size_t)E + 1, sizeof(int), &nomem);
-    w.pair_token = alloc_or_flag((size_t)T * K, sizeof(int), &nomem);
-    w.slot_pair = alloc_or_flag((size_t)T * K, sizeof(int), &nomem);
-    w.gamma = alloc_or_flag((size_t)S * T, sizeof(float), &nomem);
-    w.hs = alloc_or_flag((size_t)T * S * SIL, sizeof(float), &nomem);
-    w.ys = alloc_or_flag((size_t)(S > 0 ? S : 1) * TD, sizeof(float), &nomem);
-    w.scratch = alloc_or_flag((size_t)nt * per_thread, sizeof(float), &nomem);
-    w.items = alloc_or_flag(max_items, sizeof(blas_item), &nomem);
-    if (nomem) {
-        work_free(&w);
-        return moe_fail(err, MOE_ERR_NOMEM, "blas: out of memory for the work buffers of T = %d", T);
-    }
-
-    /* sgemm's bits depend on OpenBLAS's thread count: one thread inside every call. */
-    const int blas_threads = openblas_get_num_threads();
-    openblas_set_num_threads(1);
-
-    /* Input to fp32; non-finite rows zeroed so that no NaN enters a GEMM. */
+/* Input to fp32, each row's finiteness noted; non-finite rows zeroed so no NaN enters a GEMM. */
+static void input_to_f32(blas_work *w, const uint16_t *x, int T, int D, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static) if (T >= BLAS_PARALLEL_TOKENS)
     for (int t = 0; t < T; t++) {
-        bool finite = true;
-        float *row = w.xf + (size_t)t * D;
-        for (int d = 0; d < D; d++) {
-            row[d] = moe_bf16_to_f32(x[(size_t)t * D + d]);
-            finite = finite && isfinite(row[d]);
-        }
-        if (!finite) memset(row, 0, (size_t)D * sizeof(float));
-        w.finite[t] = finite;
+        const uint16_t *x_t = x + (size_t)t * D;
+        float *row = w->xf + (size_t)t * D;
+        w->finite[t] = moe_row_finite(x_t, D);
+        for (int d = 0; d < D; d++) row[d] = w->finite[t] ? moe_bf16_to_f32(x_t[d]) : 0.0f;
     }
+}
 
-    /* Gate logits, in fixed chunks of tokens. */
+/* Gate logits [T, G], in fixed chunks of tokens. */
+static void gate_logits(const blas_state *s, blas_work *w, int T) {
+    const int D = s->shard->cfg.D, G = s->shard->cfg.R + s->shard->cfg.S;
     const int gate_chunks = (T + BLAS_GATE_CHUNK - 1) / BLAS_GATE_CHUNK;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (gate_chunks > 1)
+#pragma omp parallel for num_threads(s->n_threads) schedule(dynamic, 1) if (gate_chunks > 1)
     for (int ch = 0; ch < gate_chunks; ch++) {
         int t0 = ch * BLAS_GATE_CHUNK, n = T - t0 < BLAS_GATE_CHUNK ? T - t0 : BLAS_GATE_CHUNK;
-        times_tile(n, G, D, w.xf + (size_t)t0 * D, D, s->gate_f32, w.logits + (size_t)t0 * G, G);
+        times_tile(n, G, D, w->xf + (size_t)t0 * D, D, s->gate_f32, w->logits + (size_t)t0 * G, G);
     }
+}
 
-    /* Selection and weights. */
-#pragma omp parallel for num_threads(nt) schedule(static) if (T >= BLAS_PARALLEL_TOKENS)
+/* Selection and weights (the shared CPU routing), and the sink gammas [S, T] (0 on non-finite
+ * rows, whose routing follows the shared rule). */
+static void route_tokens(const blas_state *s, blas_work *w, int T) {
+    const moe_shard *sh = s->shard;
+    const moe_config *c = &sh->cfg;
+    const int R = c->R, K = c->K, S = c->S, G = R + S, KS = K + S;
+#pragma omp parallel for num_threads(s->n_threads) schedule(static) if (T >= BLAS_PARALLEL_TOKENS)
     for (int t = 0; t < T; t++) {
-        float *lg = w.logits + (size_t)t * G, *wt = w.weights + (size_t)t * KS;
-        int32_t *id = w.ids + (size_t)t * K;
-        if (w.finite[t]) {
-            ref_route_token(lg, sh->gate_bias, R, K, S, c->route_scale, sh->global_scale, id, wt);
-        } else {
-            for (int g = 0; g < G; g++) lg[g] = NAN;
-            for (int k = 0; k < K; k++) id[k] = k;
-            for (int j = 0; j < KS; j++) wt[j] = NAN;
-        }
-        for (int sk = 0; sk < S; sk++) w.gamma[(size_t)sk * T + t] = w.finite[t] ? wt[K + sk] : 0.0f;
+        float *lg = w->logits + (size_t)t * G, *wt = w->weights + (size_t)t * KS;
+        int32_t *id = w->ids + (size_t)t * K;
+        if (w->finite[t])
+            moe_route_token(lg, sh->gate_bias, R, K, S, c->route_scale, sh->global_scale, id, wt);
+        else
+            moe_nonfinite_route(c, lg, id, wt);
+        for (int sk = 0; sk < S; sk++) w->gamma[(size_t)sk * T + t] = w->finite[t] ? wt[K + sk] : 0.0f;
     }
+}
 
-    const int P = group_by_expert(sh, T, &w);
-    w.xg = alloc_or_flag((size_t)P * D, sizeof(float), &nomem);
-    w.hg = alloc_or_flag((size_t)P * IL, sizeof(float), &nomem);
-    w.yg = alloc_or_flag((size_t)P * D, sizeof(float), &nomem);
-    w.fused = alloc_or_flag((size_t)E, 1, &nomem);
-    w.xa = alloc_or_flag((size_t)P * blas_fused_stride(D), sizeof(uint16_t), &nomem);
-    w.ha = alloc_or_flag((size_t)P * blas_fused_stride(IL), sizeof(uint16_t), &nomem);
-    w.pair_range = alloc_or_flag((size_t)P, sizeof(blas_act_range), &nomem);
-    w.item_range = alloc_or_flag(max_items, sizeof(blas_act_range), &nomem);
-    w.range1 = alloc_or_flag((size_t)E, sizeof(blas_act_range), &nomem);
-    w.range2 = alloc_or_flag((size_t)E, sizeof(blas_act_range), &nomem);
-    if (nomem) {
-        openblas_set_num_threads(blas_threads);
-        work_free(&w);
-        return moe_fail(err, MOE_ERR_NOMEM, "blas: out of memory for %d routed token rows", P);
-    }
-    /* Small MXFP4 groups take the fused kernels (a function of the group sizes only). */
-    for (int e = 0; e < E; e++) {
-        const int n = w.offset[e + 1] - w.offset[e];
-        w.fused[e] = s->scales13 && n > 0 && n < fused_below;
-    }
-    gather_rows(&w, E, D, IL, nt);
+/* An item's weights and rows: its expert's views, and (routed) its pairs [q0, q0 + n). */
+typedef struct {
+    ref_matrix w13, w2;
+    int sink; /* sink index, or -1 for a routed expert */
+    int q0, n;
+} item_operands;
 
-    /* GEMM1 (+ h) over every (expert, channel tile) and (sink, channel tile). */
-    int n_items = list_items(w.items, E, w.offset, IL, r_ch, S, T, SIL, s_ch);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-    for (int i = 0; i < n_items; i++) {
-        const blas_item it = w.items[i];
-        float *tile = w.scratch + (size_t)omp_get_thread_num() * per_thread;
-        ref_matrix w13, w2;
-        if (it.expert >= 0) {
-            ref_routed_matrices(sh, it.expert, &w13, &w2);
-            int q0 = w.offset[it.expert], n = w.offset[it.expert + 1] - q0;
-            w.item_range[i] = BLAS_ACT_RANGE_EMPTY;
-            if (w.fused[it.expert]) {
-                float *gu = tile + tile_floats;
-                blas_fused_rows(&w13, s->scales13[it.expert], 2 * it.start, 2 * it.len,
-                                w.xa + (size_t)q0 * blas_fused_stride(D), n, w.range1[it.expert],
-                                gu, 2 * it.len);
-                h_from_gu(gu, n, it.len, NULL, it.start, w.hg + (size_t)q0 * IL, IL);
-                w.item_range[i] = arrange_h(w.hg + (size_t)q0 * IL, n, IL, it.start, it.len,
-                                            w.ha + (size_t)q0 * blas_fused_stride(IL));
-            } else {
-                gemm1_tile(&w13, w.xg + (size_t)q0 * D, n, D, NULL, it.start, it.len, tile,
-                           tile + tile_floats, w.hg + (size_t)q0 * IL, IL);
-            }
-        } else {
-            int sk = -1 - it.expert;
-            ref_sink_matrices(sh, sk, &w13, &w2);
-            gemm1_tile(&w13, w.xf, T, D, w.gamma + (size_t)sk * T, it.start, it.len, tile,
-                       tile + tile_floats, w.hs + (size_t)sk * SIL, S * SIL);
-        }
+static item_operands operands_of(const moe_shard *sh, const blas_work *w, blas_item it) {
+    item_operands o = {.sink = -1};
+    if (it.expert >= 0) {
+        ref_routed_matrices(sh, it.expert, &o.w13, &o.w2);
+        o.q0 = w->offset[it.expert], o.n = w->offset[it.expert + 1] - o.q0;
+    } else {
+        o.sink = -1 - it.expert;
+        ref_sink_matrices(sh, o.sink, &o.w13, &o.w2);
     }
+    return o;
+}
 
-    for (int e = 0; e < E; e++) w.range2[e] = BLAS_ACT_RANGE_EMPTY;
+/* GEMM1 (+ h) of item i: a routed expert's channel tile on its rows (fused kernels or decoded
+ * tile), or a sink's on every token. tile: this thread's scratch. */
+static void gemm1_item(const blas_state *s, blas_work *w, int T, int i, float *tile) {
+    const moe_shard *sh = s->shard;
+    const int D = sh->cfg.D, S = sh->cfg.S, IL = sh->I_local, SIL = sh->sink_I_local;
+    const blas_item it = w->items[i];
+    const item_operands o = operands_of(sh, w, it);
+    float *gu = tile + w->plan.tile_floats;
+    if (o.sink >= 0) {
+        gemm1_tile(&o.w13, w->xf, T, D, w->gamma + (size_t)o.sink * T, it.start, it.len, tile, gu,
+                   w->hs + (size_t)o.sink * SIL, S * SIL);
+        return;
+    }
+    float *h = w->hg + (size_t)o.q0 * IL;
+    w->item_range[i] = BLAS_ACT_RANGE_EMPTY;
+    if (!w->fused[it.expert]) {
+        gemm1_tile(&o.w13, w->xg + (size_t)o.q0 * D, o.n, D, NULL, it.start, it.len, tile, gu, h, IL);
+        return;
+    }
+    blas_fused_rows(&o.w13, s->scales13[it.expert], 2 * it.start, 2 * it.len,
+                    w->xa + (size_t)o.q0 * blas_fused_stride(D), o.n, w->range1[it.expert], gu,
+                    2 * it.len);
+    h_from_gu(gu, o.n, it.len, NULL, it.start, h, IL);
+    w->item_range[i] = arrange_h(h, o.n, IL, it.start, it.len,
+                                 w->ha + (size_t)o.q0 * blas_fused_stride(IL));
+}
+
+/* GEMM2 of item i: a routed expert's output-row tile on its rows, or a sink's on every token. */
+static void gemm2_item(const blas_state *s, blas_work *w, int T, int i, float *tile) {
+    const moe_shard *sh = s->shard;
+    const int D = sh->cfg.D, S = sh->cfg.S, IL = sh->I_local, SIL = sh->sink_I_local;
+    const blas_item it = w->items[i];
+    const item_operands o = operands_of(sh, w, it);
+    if (o.sink >= 0)
+        gemm2_tile(&o.w2, w->hs + (size_t)o.sink * SIL, S * SIL, T, it.start, it.len, tile,
+                   w->ys + (size_t)o.sink * T * D, D);
+    else if (w->fused[it.expert])
+        blas_fused_rows(&o.w2, s->scales2[it.expert], it.start, it.len,
+                        w->ha + (size_t)o.q0 * blas_fused_stride(IL), o.n, w->range2[it.expert],
+                        w->yg + (size_t)o.q0 * D + it.start, D);
+    else
+        gemm2_tile(&o.w2, w->hg + (size_t)o.q0 * IL, IL, o.n, it.start, it.len, tile,
+                   w->yg + (size_t)o.q0 * D, D);
+}
+
+/* Both GEMM phases over their work items (experts x tiles, then sinks x tiles), in a fixed
+ * order; between them, the range of each fused expert's h merged from its GEMM1 items. */
+static void run_gemms(const blas_state *s, blas_work *w, int T) {
+    const moe_shard *sh = s->shard;
+    const int D = sh->cfg.D, S = sh->cfg.S, E = sh->n_local_experts;
+    const blas_plan *pl = &w->plan;
+    int n_items = list_items(w->items, E, w->offset, sh->I_local, pl->r_ch, S, T,
+                             sh->sink_I_local, pl->s_ch);
+#pragma omp parallel for num_threads(s->n_threads) schedule(dynamic, 1)
     for (int i = 0; i < n_items; i++)
-        if (w.items[i].expert >= 0 && w.fused[w.items[i].expert])
-            w.range2[w.items[i].expert] =
-                blas_act_range_merge(w.range2[w.items[i].expert], w.item_range[i]);
+        gemm1_item(s, w, T, i, w->scratch + (size_t)omp_get_thread_num() * pl->per_thread);
 
-    /* GEMM2 over every (expert, output-row tile) and (sink, output-row tile). */
-    n_items = list_items(w.items, E, w.offset, D, r_rows, S, T, D, s_rows);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-    for (int i = 0; i < n_items; i++) {
-        const blas_item it = w.items[i];
-        float *tile = w.scratch + (size_t)omp_get_thread_num() * per_thread;
-        ref_matrix w13, w2;
-        if (it.expert >= 0) {
-            ref_routed_matrices(sh, it.expert, &w13, &w2);
-            int q0 = w.offset[it.expert], n = w.offset[it.expert + 1] - q0;
-            if (w.fused[it.expert])
-                blas_fused_rows(&w2, s->scales2[it.expert], it.start, it.len,
-                                w.ha + (size_t)q0 * blas_fused_stride(IL), n, w.range2[it.expert],
-                                w.yg + (size_t)q0 * D + it.start, D);
-            else
-                gemm2_tile(&w2, w.hg + (size_t)q0 * IL, IL, n, it.start, it.len, tile,
-                           w.yg + (size_t)q0 * D, D);
-        } else {
-            int sk = -1 - it.expert;
-            ref_sink_matrices(sh, sk, &w13, &w2);
-            gemm2_tile(&w2, w.hs + (size_t)sk * SIL, S * SIL, T, it.start, it.len, tile,
-                       w.ys + (size_t)sk * TD, D);
-        }
-    }
-    openblas_set_num_threads(blas_threads);
+    for (int e = 0; e < E; e++) w->range2[e] = BLAS_ACT_RANGE_EMPTY;
+    for (int i = 0; i < n_items; i++)
+        if (w->items[i].expert >= 0 && w->fused[w->items[i].expert])
+            w->range2[w->items[i].expert] =
+                blas_act_range_merge(w->range2[w->items[i].expert], w->item_range[i]);
 
-    /* Output: slots in order, then the sink sum (itself summed in sink order), bf16 once. */
-#pragma omp parallel for num_threads(nt) schedule(static) if (T >= BLAS_PARALLEL_TOKENS)
+    n_items = list_items(w->items, E, w->offset, D, pl->r_rows, S, T, D, pl->s_rows);
+#pragma omp parallel for num_threads(s->n_threads) schedule(dynamic, 1)
+    for (int i = 0; i < n_items; i++)
+        gemm2_item(s, w, T, i, w->scratch + (size_t)omp_get_thread_num() * pl->per_thread);
+}
+
+/* Output: slots in order, then the sink sum (itself summed in sink order, kept in ys[0] for
+ * the stages), rounded to bf16 once; non-finite rows by the shared rule. */
+static void combine_output(const blas_state *s, blas_work *w, int T, float *out) {
+    const moe_config *c = &s->shard->cfg;
+    const int D = c->D, K = c->K, S = c->S, KS = K + S;
+    const size_t TD = (size_t)T * D;
+#pragma omp parallel for num_threads(s->n_threads) schedule(static) if (T >= BLAS_PARALLEL_TOKENS)
     for (int t = 0; t < T; t++) {
-        float *o = out + (size_t)t * D, *sink_sum = w.ys + (size_t)t * D;
-        if (!w.finite[t]) {
-            for (int d = 0; d < D; d++) o[d] = sink_sum[d] = NAN;
+        float *o = out + (size_t)t * D, *sink_sum = w->ys + (size_t)t * D;
+        if (!w->finite[t]) {
+            moe_nonfinite_output(c, o);
             continue;
         }
         for (int d = 0; d < D; d++) o[d] = 0.0f;
         for (int k = 0; k < K; k++) {
-            int q = w.slot_pair[(size_t)t * K + k];
+            int q = w->slot_pair[(size_t)t * K + k];
             if (q < 0) continue;
-            const float wk = w.weights[(size_t)t * KS + k], *y = w.yg + (size_t)q * D;
+            const float wk = w->weights[(size_t)t * KS + k], *y = w->yg + (size_t)q * D;
             for (int d = 0; d < D; d++) o[d] += wk * y[d];
         }
         for (int d = 0; d < D; d++) {
             float sum = 0.0f;
-            for (int sk = 0; sk < S; sk++) sum += w.ys[(size_t)sk * TD + (size_t)t * D + d];
+            for (int sk = 0; sk < S; sk++) sum += w->ys[(size_t)sk * TD + (size_t)t * D + d];
             sink_sum[d] = sum;
             o[d] = moe_round_bf16(o[d] + sum);
         }
     }
+}
 
-    if (st) {
-        if (st->logits) memcpy(st->logits, w.logits, (size_t)T * G * sizeof(float));
-        if (st->topk_ids && st->topk_weights) {
-            memcpy(st->topk_ids, w.ids, (size_t)T * K * sizeof(int32_t));
-            memcpy(st->topk_weights, w.weights, (size_t)T * KS * sizeof(float));
-            st->filled |= MOE_STAGE_TOPK;
+/* The stages asked for, by the shared export rules (zeros for a slot that ran no expert, NaN
+ * sinks for a non-finite token). */
+static void export_stages(const moe_shard *sh, int T, const blas_work *w, moe_stages *st) {
+    if (!st) return;
+    const int D = sh->cfg.D, K = sh->cfg.K, IL = sh->I_local;
+    const size_t SH = (size_t)sh->cfg.S * sh->sink_I_local;
+    moe_stages_put_route(st, &sh->cfg, 0, T, w->logits, w->ids, w->weights);
+    for (int t = 0; t < T; t++) {
+        for (int k = 0; k < K; k++) {
+            const int q = w->slot_pair[(size_t)t * K + k];
+            moe_stages_put_slot(st, sh, t, k, q < 0 ? NULL : w->hg + (size_t)q * IL,
+                                q < 0 ? NULL : w->yg + (size_t)q * D);
         }
-        for (int t = 0; t < T; t++)
-            for (int k = 0; k < K; k++) {
-                int q = w.slot_pair[(size_t)t * K + k];
-                size_t tk = (size_t)t * K + k;
-                if (st->routed_h) {
-                    float *dst = st->routed_h + tk * IL;
-                    if (q < 0) memset(dst, 0, (size_t)IL * sizeof(float));
-                    else memcpy(dst, w.hg + (size_t)q * IL, (size_t)IL * sizeof(float));
-                }
-                if (st->routed_y) {
-                    float *dst = st->routed_y + tk * D;
-                    if (q < 0) memset(dst, 0, (size_t)D * sizeof(float));
-                    else memcpy(dst, w.yg + (size_t)q * D, (size_t)D * sizeof(float));
-                }
-            }
-        if (st->sink_h) {
-            memcpy(st->sink_h, w.hs, (size_t)T * S * SIL * sizeof(float));
-            for (int t = 0; t < T; t++)
-                for (size_t j = 0; !w.finite[t] && j < (size_t)S * SIL; j++)
-                    st->sink_h[(size_t)t * S * SIL + j] = NAN;
-        }
-        if (st->sink_y) memcpy(st->sink_y, w.ys, TD * sizeof(float));
-        st->filled |= (st->logits ? MOE_STAGE_LOGITS : 0u) | (st->routed_h ? MOE_STAGE_ROUTED_H : 0u) |
-                      (st->routed_y ? MOE_STAGE_ROUTED_Y : 0u) | (st->sink_h ? MOE_STAGE_SINK_H : 0u) |
-                      (st->sink_y ? MOE_STAGE_SINK_Y : 0u);
+        const bool f = w->finite[t];
+        moe_stages_put_sinks(st, sh, t, f ? w->hs + (size_t)t * SH : NULL,
+                             f ? w->ys + (size_t)t * D : NULL);
     }
-    work_free(&w);
+    st->filled = moe_stages_wanted(st);
+}
+
+/* The five stages: input, gate, routing, experts (grouped, both GEMMs) and sinks, output. */
+static moe_status compute(const blas_state *s, blas_work *w, int T, const uint16_t *x, float *out,
+                          moe_error *err) {
+    const moe_shard *sh = s->shard;
+    const int D = sh->cfg.D, E = sh->n_local_experts;
+    input_to_f32(w, x, T, D, s->n_threads);
+    gate_logits(s, w, T);
+    route_tokens(s, w, T);
+    const int P = group_by_expert(sh, T, w);
+    if (!work_alloc_pairs(w, sh, P))
+        return moe_fail(err, MOE_ERR_NOMEM, "blas: out of memory for %d routed token rows", P);
+    /* Small MXFP4 groups take the fused kernels (a function of the group sizes only). */
+    for (int e = 0; e < E; e++) {
+        const int n = w->offset[e + 1] - w->offset[e];
+        w->fused[e] = s->scales13 && n > 0 && n < fused_below;
+    }
+    gather_rows(w, E, D, sh->I_local, s->n_threads);
+    run_gemms(s, w, T);
+    combine_output(s, w, T, out);
     return MOE_OK;
+}
+
+static moe_status blas_forward(void *p, int T, const uint16_t *x, float *out, moe_stages *st,
+                               moe_error *err) {
+    const blas_state *s = p;
+    blas_work w;
+    memset(&w, 0, sizeof w);
+    w.plan = plan_of(s->shard, T);
+    if (!work_alloc_tokens(&w, s->shard, T, s->n_threads)) {
+        work_free(&w);
+        return moe_fail(err, MOE_ERR_NOMEM, "blas: out of memory for the work buffers of T = %d", T);
+    }
+    /* sgemm's bits depend on OpenBLAS's thread count: one thread inside every call. */
+    const int blas_threads = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    moe_status status = compute(s, &w, T, x, out, err);
+    openblas_set_num_threads(blas_threads);
+    if (status == MOE_OK) export_stages(s->shard, T, &w, st);
+    work_free(&w);
+    return status;
 }
 
 static moe_status blas_route(void *p, int T, const float *logits, int32_t *ids, float *weights,
                              moe_error *err) {
     (void)err;
     const blas_state *s = p;
-    ref_route_tokens(s->shard, T, logits, ids, weights);
+    moe_route_tokens(s->shard, T, logits, ids, weights);
     return MOE_OK;
 }
 

@@ -37,6 +37,8 @@
 #include "cuda_layer.h"
 #include "cuda_profile.h"
 
+#include "../../common/layer_rules.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -463,16 +465,7 @@ moe_status copy_stages(cuda_state *s, int T, moe_stages *stg, moe_error *err) {
     const size_t t = (size_t)T, D = (size_t)s->D, K = (size_t)s->K, S = (size_t)s->S;
     const size_t IL = (size_t)s->IL, SIL = (size_t)s->SIL;
     cudaStream_t st = s->routed;
-    const struct {
-        bool wanted;
-        unsigned bit;
-    } bits[] = {{stg->logits != NULL, MOE_STAGE_LOGITS},
-                {stg->topk_ids && stg->topk_weights, MOE_STAGE_TOPK},
-                {stg->routed_h != NULL, MOE_STAGE_ROUTED_H}, {stg->routed_y != NULL, MOE_STAGE_ROUTED_Y},
-                {stg->sink_h != NULL, MOE_STAGE_SINK_H},     {stg->sink_y != NULL, MOE_STAGE_SINK_Y}};
-    stg->filled = 0;
-    for (size_t i = 0; i < sizeof bits / sizeof bits[0]; i++)
-        if (bits[i].wanted) stg->filled |= bits[i].bit;
+    stg->filled = moe_stages_wanted(stg); /* the shared rule; T = 0 writes nothing */
     if (T == 0) return MOE_OK;
     if (stg->logits)
         CUDA_TRY(cudaMemcpyAsync(stg->logits, s->logits, t * s->G * 4, cudaMemcpyDeviceToHost, st));

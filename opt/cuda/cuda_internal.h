@@ -91,7 +91,7 @@ moe_status moe_cuda_gate_small(cudaStream_t stream, int T, int D, int G, const u
 
 /* ---------------------------------------------------------------- routing (cuda_route.cu) */
 
-/* Selection and weights, one block per token, exactly as ref/ref_route.c computes them.
+/* Selection and weights, one block per token, exactly as common/routing.c computes them.
  * logits [T, R+S] fp32 (rows of non-finite tokens are overwritten with NaN), bias [R] or NULL,
  * x [T, D] bf16 or NULL (NULL: every row counts as finite, the `route` entry),
  * ids [T, K], weights [T, K+S], bad [T] (1 for a token whose x row holds NaN/inf) or NULL. */

@@ -1,7 +1,7 @@
 /*
  * cuda_route.cu: selection and weights on the device (contract.md [routing]), one block a token.
  *
- * Rules (the same arithmetic as ref/ref_route.c, so that equal logits give equal ids):
+ * Rules (the same arithmetic as common/routing.c, so that equal logits give equal ids):
  *   - sel[e] = (fp32)(1 / (1 + exp(-(double)l[e]))) + bias[e] in fp32, e < R;
  *   - pick k is the largest (sel, -index) pair ordered after pick k-1: larger sel first, equal
  *     sel in ascending index, so the lowest index wins ties and slots are in that order;
