@@ -189,7 +189,7 @@ static int channel_rank(const builder *b, int expert, int j) {
     return j / (e->I / e->split_n);
 }
 
-static void routed_matrices(const builder *b, int e, ref_matrix *w13, ref_matrix *w2) {
+static void routed_matrices(const builder *b, int e, moe_matrix *w13, moe_matrix *w2) {
     const moe_config *c = b->cfg;
     const size_t D = (size_t)c->D, I = (size_t)c->I;
     memset(w13, 0, sizeof *w13);
@@ -214,10 +214,10 @@ static void routed_matrices(const builder *b, int e, ref_matrix *w13, ref_matrix
     }
 }
 
-static void sink_matrices(const builder *b, int s, ref_matrix *w13, ref_matrix *w2) {
+static void sink_matrices(const builder *b, int s, moe_matrix *w13, moe_matrix *w2) {
     const size_t D = (size_t)b->cfg->D, I = (size_t)b->cfg->I;
-    ref_matrix a = {.bf16 = b->w->sink_w13 + (size_t)s * 2 * I * D, .rows = (int)(2 * I), .cols = (int)D};
-    ref_matrix m = {.bf16 = b->w->sink_w2 + (size_t)s * D * I, .rows = (int)D, .cols = (int)I};
+    moe_matrix a = {.bf16 = b->w->sink_w13 + (size_t)s * 2 * I * D, .rows = (int)(2 * I), .cols = (int)D};
+    moe_matrix m = {.bf16 = b->w->sink_w2 + (size_t)s * D * I, .rows = (int)D, .cols = (int)I};
     *w13 = a;
     *w2 = m;
 }
@@ -293,7 +293,7 @@ static void token_logits_and_routing(builder *b, int t) {
 
 /* One slot's intermediate h over all I channels: fills the stage band (if h_band) and the
  * centre / radius / magnitude scratch used for y. gamma = 1 with no radius for routed slots. */
-static void slot_h(builder *b, const ref_matrix *w13, double gamma, double gamma_rel,
+static void slot_h(builder *b, const moe_matrix *w13, double gamma, double gamma_rel,
                    moe_band *h_band, size_t h_off) {
     moe_envelope *e = b->env;
     token_scratch *s = b->s;
@@ -302,9 +302,9 @@ static void slot_h(builder *b, const ref_matrix *w13, double gamma, double gamma
     const double ga = acc_bound(p, D);
     for (int j = 0; j < I; j++) {
         double g, mg, u, mu;
-        ref_matrix_row(w13, 2 * j, s->row);
+        moe_matrix_row(w13, 2 * j, s->row);
         dot_mag(s->row, s->x, D, &g, &mg);
-        ref_matrix_row(w13, 2 * j + 1, s->row);
+        moe_matrix_row(w13, 2 * j + 1, s->row);
         dot_mag(s->row, s->x, D, &u, &mu);
         double rg = ga * mg + ABS_FLOOR, ru = ga * mu + ABS_FLOOR;
         if (w13->scale2) { /* scale2 multiplies the block dot product: one more rounding */
@@ -342,7 +342,7 @@ static void slot_h(builder *b, const ref_matrix *w13, double gamma, double gamma
 /* y = W2 h for one slot: the stage band (if y_band) and its weighted contribution to the
  * unsplit partial and to each rank's partial; sum_c / sum_r (if given) accumulate the whole y's
  * centre and radius. weight 1 with no radius for sinks. */
-static void slot_y(builder *b, const ref_matrix *w2, int expert, double weight, double w_rel,
+static void slot_y(builder *b, const moe_matrix *w2, int expert, double weight, double w_rel,
                    moe_band *y_band, size_t y_off, double *sum_c, double *sum_r) {
     moe_envelope *e = b->env;
     token_scratch *s = b->s;
@@ -351,7 +351,7 @@ static void slot_y(builder *b, const ref_matrix *w2, int expert, double weight, 
     const double post = w2->scale2 ? unit(e->precision) : 0.0; /* NVFP4: y' * scale2 rounded */
     double yc[64], yr[64], ym[64]; /* per rank; split_n <= 64 (checked when building) */
     for (int d = 0; d < D; d++) {
-        ref_matrix_row(w2, d, s->row);
+        moe_matrix_row(w2, d, s->row);
         for (int r = 0; r < n; r++) yc[r] = yr[r] = ym[r] = 0.0;
         for (int j = 0; j < I; j++) {
             int r = channel_rank(b, expert, j);
@@ -442,7 +442,7 @@ static void token_envelope(builder *b, int t, const uint16_t *x_row) {
     memset(s->pmag, 0, P * sizeof(double));
     for (int k = 0; k < K; k++) {
         int ex = e->ids[(size_t)t * K + k];
-        ref_matrix w13, w2;
+        moe_matrix w13, w2;
         routed_matrices(b, ex, &w13, &w2);
         slot_h(b, &w13, 1.0, 0.0, &e->routed_h, ((size_t)t * K + k) * I);
         slot_y(b, &w2, ex, (double)s->weights[k], s->w_rel[k], &e->routed_y,
@@ -450,7 +450,7 @@ static void token_envelope(builder *b, int t, const uint16_t *x_row) {
     }
     for (int d = 0; d < D; d++) s->sink_c[d] = s->sink_r[d] = 0.0;
     for (int sk = 0; sk < S; sk++) {
-        ref_matrix w13, w2;
+        moe_matrix w13, w2;
         sink_matrices(b, sk, &w13, &w2);
         slot_h(b, &w13, (double)s->weights[K + sk], s->w_rel[K + sk], &e->sink_h,
                ((size_t)t * S + sk) * I);

@@ -10,13 +10,14 @@
  *   - serving contract: as exact, plus: GEMM1 outputs g, u rounded (via fp32) to bf16;
  *     h = silu(g)*u (sinks: *gamma) from those values, rounded (via fp32) to bf16; the
  *     output rounded (via fp32) to bf16 once.
- * Selection and weights are not here: the reference routes with common/routing.h, a primitive
- * the other CPU paths share. The matrix views and the expert are exported for the harness's
- * envelope; the token loop (ref_layer) is exported with seams where a mutant plants its bug.
+ * Selection and weights, and the matrix views of a shard, are not here: the reference routes
+ * with common/routing.h and reads weights through common/matrix_view.h, primitives the other CPU
+ * paths share. The token loop (ref_layer) is exported with seams where a mutant plants its bug.
  */
 #ifndef INKLING_REF_H
 #define INKLING_REF_H
 
+#include "../common/matrix_view.h"
 #include "../common/moe.h"
 
 #include <stdbool.h>
@@ -25,34 +26,10 @@
 /* One token's gate logits: x [D] (as double), gate_w [G, D] bf16 -> logits [G] fp32. */
 void ref_gate_logits(const double *x, const uint16_t *gate_w, int G, int D, float *logits);
 
-struct moe_block_format_s;
-
-/* A weight matrix [rows, cols] in either storage, decoded one row at a time. */
-typedef struct {
-    const uint8_t *mx;     /* E2M1 codes [rows, cols/2], or NULL */
-    const uint8_t *scale;  /* scale bytes [rows, cols/B] of fmt */
-    const uint16_t *bf16;  /* bf16 [rows, cols], or NULL */
-    int rows, cols;
-    const struct moe_block_format_s *fmt; /* the block format of mx; NULL: MXFP4 */
-    const float *scale2;   /* NVFP4: the matrix's per-expert scale2 (multiplies every weight); NULL: 1 */
-} ref_matrix;
-
-/* The block format of a block-stored matrix (MXFP4 when m->fmt is NULL). */
-const struct moe_block_format_s *ref_matrix_format(const ref_matrix *m);
-
-/* Row r of m, exactly, as double: out [cols] (NVFP4: code * scale * scale2, exact in double). */
-void ref_matrix_row(const ref_matrix *m, int r, double *out);
-
-/* Views of a shard's local routed expert e (0 <= e < n_local_experts):
- * w13 [2*I_local, D], w2 [D, I_local], in the shard's routed format. */
-void ref_routed_matrices(const moe_shard *sh, int e, ref_matrix *w13, ref_matrix *w2);
-/* Views of a shard's sink s: w13 [2*sink_I_local, D], w2 [D, sink_I_local], bf16. */
-void ref_sink_matrices(const moe_shard *sh, int s, ref_matrix *w13, ref_matrix *w2);
-
 /* One SwiGLU expert on one token.
  * w13 [2*I_loc, D] interleaved (row 2j gate, 2j+1 up), w2 [D, I_loc], x [D].
  * h [I_loc] = gamma * silu(g) * u, y [D] = W2 h. row_buf [max(D, I_loc)] is scratch. */
-void ref_expert_token(const ref_matrix *w13, const ref_matrix *w2, const double *x, int D,
+void ref_expert_token(const moe_matrix *w13, const moe_matrix *w2, const double *x, int D,
                       int I_loc, double gamma, bool serving, double *h, double *y,
                       double *row_buf);
 
@@ -63,7 +40,7 @@ void ref_expert_token(const ref_matrix *w13, const ref_matrix *w2, const double 
 
 /* One expert's work on one token, as the loop sets it up before the expert seam sees it. */
 typedef struct {
-    ref_matrix w13, w2; /* the expert's views */
+    moe_matrix w13, w2; /* the expert's views */
     double gamma;       /* multiplies h: 1 for a routed expert, the sink's gamma for a sink */
     double weight;      /* multiplies y in the output sum: w_k for a routed slot, 1 for a sink */
     bool round_inter;   /* serving: g, u and h rounded to bf16 */

@@ -114,7 +114,7 @@ static void routed_slot(ref_layer *s, int t, int k, moe_stages *st) {
         return;
     }
     ref_expert_call call = {.gamma = 1.0, .weight = (double)s->weights[k], .round_inter = s->serving};
-    ref_routed_matrices(sh, e, &call.w13, &call.w2);
+    moe_routed_matrices(sh, e, &call.w13, &call.w2);
     run_expert(s, t, k, &call, sh->I_local, s->acc);
     if (!st) return;
     to_f32(s->h, sh->I_local, s->h_out);
@@ -127,7 +127,7 @@ static void sink_expert(ref_layer *s, int t, int sk) {
     const moe_shard *sh = s->shard;
     const int K = sh->cfg.K, SIL = sh->sink_I_local;
     ref_expert_call call = {.gamma = (double)s->weights[K + sk], .weight = 1.0, .round_inter = s->serving};
-    ref_sink_matrices(sh, sk, &call.w13, &call.w2);
+    moe_sink_matrices(sh, sk, &call.w13, &call.w2);
     run_expert(s, t, K + sk, &call, SIL, s->sink);
     to_f32(s->h, SIL, s->sink_h_out + (size_t)sk * SIL);
 }

@@ -28,7 +28,7 @@
 #include "../common/numeric.h"
 #include "../common/routing.h"
 #include "../harness/compare.h"
-#include "../ref/ref.h"
+#include "../common/matrix_view.h"
 
 #ifdef MOE_HAVE_OPENBLAS
 #include "../opt/blas/blas_internal.h"
@@ -436,7 +436,7 @@ static void test_tile_decode_is_exact(void **state) {
     moe_rng rng = moe_rng_make(8, 8);
     for (size_t i = 0; i < sizeof packed; i++) packed[i] = (uint8_t)moe_rng_int(&rng, 0, 255);
     for (size_t i = 0; i < sizeof scales; i++) scales[i] = (uint8_t)(i == 0 ? 0 : moe_rng_int(&rng, 0, 254));
-    ref_matrix m = {.mx = packed, .scale = scales, .rows = ROWS, .cols = COLS};
+    moe_matrix m = {.mx = packed, .scale = scales, .rows = ROWS, .cols = COLS};
     blas_decode_rows(&m, 1, 2, fast);
     for (int r = 0; r < 2; r++) {
         moe_mxfp4_decode_row(packed + (r + 1) * COLS / 2, scales + (r + 1) * COLS / 32, COLS, want);
@@ -454,7 +454,7 @@ static void test_tile_decode_is_exact(void **state) {
 /* m (MXFP4 [rows, cols]) times n activation rows x [n, cols] (bf16 values) on the current
  * kernel, each element checked against the exact dot within (cols - 1) u sum |w||x|, the bound
  * of any fp32 summation order, plus the envelope's absolute floor. */
-static void check_fused_dots(const ref_matrix *m, const float *x, int n, const char *label) {
+static void check_fused_dots(const moe_matrix *m, const float *x, int n, const char *label) {
     const int rows = m->rows, cols = m->cols;
     const size_t stride = blas_fused_stride(cols);
     uint16_t *act = malloc((size_t)n * stride * sizeof(uint16_t));
@@ -469,7 +469,7 @@ static void check_fused_dots(const ref_matrix *m, const float *x, int n, const c
     /* Rows 1..rows-1: an odd count when rows is even, so both row pairs and a lone row run. */
     blas_fused_rows(m, blas_scale_range_of(m), 1, rows - 1, act, n, ar, out, rows);
     for (int r = 1; r < rows; r++) {
-        ref_matrix_row(m, r, w);
+        moe_matrix_row(m, r, w);
         for (int p = 0; p < n; p++) {
             double exact = 0.0, size = 0.0;
             for (int c = 0; c < cols; c++) {
@@ -511,7 +511,7 @@ static void test_fused_kernels_are_fp32_dots(void **state) {
             for (int ni = 0; ni < 5; ni++) {
                 const int cols = col_counts[ci], n = token_counts[ni];
                 random_fused_case(&rng, ROWS, cols, 110, 130, n, packed, scales, x);
-                ref_matrix m = {packed, scales, NULL, ROWS, cols, NULL, NULL};
+                moe_matrix m = {packed, scales, NULL, ROWS, cols, NULL, NULL};
                 char label[64];
                 snprintf(label, sizeof label, "kernel %d", (int)blas_fused_kernel_for(true));
                 check_fused_dots(&m, x, n, label);
@@ -530,7 +530,7 @@ static void test_fused_bf16_only_where_exact(void **state) {
     memset(packed, 0, sizeof packed);
     memset(x, 0, sizeof x);
     memset(scales, 200, sizeof scales);
-    ref_matrix m = {packed, scales, NULL, ROWS, COLS, NULL, NULL};
+    moe_matrix m = {packed, scales, NULL, ROWS, COLS, NULL, NULL};
     uint16_t act[COLS];
     float out[ROWS];
     /* Row 1, column 5 holds code 6 (4.0): weight 4 * 2^73; x[5] = 2^-130, a bf16 subnormal.

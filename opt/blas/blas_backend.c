@@ -134,8 +134,8 @@ static moe_status blas_create(const moe_shard *sh, const moe_options *opt, void 
         }
 #pragma omp parallel for num_threads(s->n_threads) schedule(dynamic, 1)
         for (int e = 0; e < E; e++) {
-            ref_matrix w13, w2;
-            ref_routed_matrices(sh, e, &w13, &w2);
+            moe_matrix w13, w2;
+            moe_routed_matrices(sh, e, &w13, &w2);
             s->scales13[e] = blas_scale_range_of(&w13);
             s->scales2[e] = blas_scale_range_of(&w2);
         }
@@ -173,7 +173,7 @@ static double silu(double z) { return z / (1.0 + exp(-z)); }
 
 /* NVFP4: c [n, ldc] columns [0, cols) times the matrix's scale2, in fp32, after the dot products
  * (a tile holds code * scale only). Nothing for the other formats. */
-static void apply_scale2(const ref_matrix *m, int n, int cols, float *c, int ldc) {
+static void apply_scale2(const moe_matrix *m, int n, int cols, float *c, int ldc) {
     if (!m->scale2) return;
     const float s2 = *m->scale2;
     for (int p = 0; p < n; p++)
@@ -200,7 +200,7 @@ static void h_from_gu(const float *gu, int n, int len, const float *gamma, int j
 /* GEMM1 on channels [j0, j0+len) of one expert for n tokens, then h.
  * x [n, D]; gamma [n] or NULL (1); tile [2*len, D] and gu [n, 2*len] scratch;
  * h [n, ldh]: columns [j0, j0+len) are written. */
-static void gemm1_tile(const ref_matrix *w13, const float *x, int n, int D, const float *gamma,
+static void gemm1_tile(const moe_matrix *w13, const float *x, int n, int D, const float *gamma,
                        int j0, int len, float *tile, float *gu, float *h, int ldh) {
     blas_decode_rows(w13, 2 * j0, 2 * len, tile);
     times_tile(n, 2 * len, D, x, D, tile, gu, 2 * len);
@@ -210,7 +210,7 @@ static void gemm1_tile(const ref_matrix *w13, const float *x, int n, int D, cons
 
 /* GEMM2 on output rows [d0, d0+len) of one expert for n tokens.
  * h [n, ldh] (width w2->cols); tile [len, w2->cols] scratch; y [n, ldy]: columns [d0, d0+len). */
-static void gemm2_tile(const ref_matrix *w2, const float *h, int ldh, int n, int d0, int len,
+static void gemm2_tile(const moe_matrix *w2, const float *h, int ldh, int n, int d0, int len,
                        float *tile, float *y, int ldy) {
     blas_decode_rows(w2, d0, len, tile);
     times_tile(n, len, w2->cols, h, ldh, tile, y + d0, ldy);
@@ -443,7 +443,7 @@ static void route_tokens(const blas_state *s, blas_work *w, int T) {
 
 /* An item's weights and rows: its expert's views, and (routed) its pairs [q0, q0 + n). */
 typedef struct {
-    ref_matrix w13, w2;
+    moe_matrix w13, w2;
     int sink; /* sink index, or -1 for a routed expert */
     int q0, n;
 } item_operands;
@@ -451,11 +451,11 @@ typedef struct {
 static item_operands operands_of(const moe_shard *sh, const blas_work *w, blas_item it) {
     item_operands o = {.sink = -1};
     if (it.expert >= 0) {
-        ref_routed_matrices(sh, it.expert, &o.w13, &o.w2);
+        moe_routed_matrices(sh, it.expert, &o.w13, &o.w2);
         o.q0 = w->offset[it.expert], o.n = w->offset[it.expert + 1] - o.q0;
     } else {
         o.sink = -1 - it.expert;
-        ref_sink_matrices(sh, o.sink, &o.w13, &o.w2);
+        moe_sink_matrices(sh, o.sink, &o.w13, &o.w2);
     }
     return o;
 }

@@ -52,14 +52,14 @@ int blas_decode_has_avx512(void) {
 #endif
 }
 
-void blas_decode_rows(const ref_matrix *m, int r0, int n, float *out) {
+void blas_decode_rows(const moe_matrix *m, int r0, int n, float *out) {
     const size_t cols = (size_t)m->cols;
     if (!m->mx) {
         const uint16_t *src = m->bf16 + (size_t)r0 * cols;
         for (size_t i = 0; i < (size_t)n * cols; i++) out[i] = moe_bf16_to_f32(src[i]);
         return;
     }
-    const moe_block_format *f = ref_matrix_format(m);
+    const moe_block_format *f = moe_matrix_format(m);
     const uint8_t *packed = m->mx + (size_t)r0 * (cols / 2);
     const uint8_t *scales = m->scale + (size_t)r0 * (cols / (size_t)f->block);
     if (f != &moe_format_mxfp4) { /* NVFP4: code * E4M3 scale, exact; scale2 is the caller's */

@@ -80,7 +80,7 @@ blas_act_range blas_act_range_merge(blas_act_range a, blas_act_range b) {
     return r;
 }
 
-blas_scale_range blas_scale_range_of(const ref_matrix *m) {
+blas_scale_range blas_scale_range_of(const moe_matrix *m) {
     blas_scale_range r = {255, 0};
     const size_t n = (size_t)m->rows * (size_t)(m->cols / 32);
     for (size_t i = 0; i < n; i++) {
@@ -113,7 +113,7 @@ static inline float act_at(const uint16_t *act, int c) {
         act[(size_t)chunk * BLAS_FUSED_CHUNK + (within & 1) * (BLAS_FUSED_CHUNK / 2) + within / 2]);
 }
 
-static void rows_portable(const ref_matrix *m, int r0, int nr, const uint16_t *act, size_t stride,
+static void rows_portable(const moe_matrix *m, int r0, int nr, const uint16_t *act, size_t stride,
                           int n, float *out, int ldo) {
     const int cols = m->cols;
     for (int r = 0; r < nr; r++) {
@@ -153,7 +153,7 @@ AVX2 static inline __m256 bf16x8(const uint16_t *a) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
-AVX2 static void rows_avx2(const ref_matrix *m, int r0, int nr, const uint16_t *act,
+AVX2 static void rows_avx2(const moe_matrix *m, int r0, int nr, const uint16_t *act,
                            size_t stride, int n, float *out, int ldo) {
     const int cols = m->cols, half = BLAS_FUSED_CHUNK / 2;
     for (int r = 0; r < nr; r++) {
@@ -272,7 +272,7 @@ dot_block(const uint8_t *const *packed, const uint8_t *const *scales, int rb, co
         for (int p = 0; p < nb; p++) out[(size_t)p * ldo + r] = _mm512_reduce_add_ps(acc[r][p]);
 }
 
-BF16 static void rows_bf16(const ref_matrix *m, int r0, int nr, const uint16_t *act,
+BF16 static void rows_bf16(const moe_matrix *m, int r0, int nr, const uint16_t *act,
                            size_t stride, int n, float *out, int ldo) {
     const int cols = m->cols;
     for (int r = 0; r < nr; r += 2) {
@@ -320,7 +320,7 @@ blas_fused_kernel blas_fused_kernel_for(bool bf16_exact) {
 #endif
 }
 
-void blas_fused_rows(const ref_matrix *m, blas_scale_range sr, int r0, int nr,
+void blas_fused_rows(const moe_matrix *m, blas_scale_range sr, int r0, int nr,
                      const uint16_t *act, int n, blas_act_range ar, float *out, int ldo) {
     const size_t stride = blas_fused_stride(m->cols);
     switch (blas_fused_kernel_for(blas_fused_bf16_exact(sr, ar, m->cols))) {

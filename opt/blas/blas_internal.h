@@ -4,13 +4,14 @@
  * Rules:
  *   - weight tiles are decoded exactly to fp32 (MXFP4 and bf16 are exact in fp32,
  *     contract.md [precision.decode]), so the decoder's speed never changes a result;
- *   - a weight matrix is described by the reference's ref_matrix view (MXFP4 codes + E8M0
- *     scales, or bf16), so both paths read the same storage the same way.
+ *   - a weight matrix is described by the shared moe_matrix view (common/matrix_view.h: block
+ *     codes and scales, or bf16), the one the reference reads too, so both paths read the same
+ *     storage the same way; nothing here uses ref/.
  */
 #ifndef INKLING_BLAS_INTERNAL_H
 #define INKLING_BLAS_INTERNAL_H
 
-#include "../../ref/ref.h"
+#include "../../common/matrix_view.h"
 
 #include <limits.h>
 #include <stdbool.h>
@@ -38,7 +39,7 @@ enum { BLAS_SHAPE_CONSTANTS(BLAS_AS_ENUM) };
 extern const moe_shape_hint blas_shape_hints[];
 
 /* Rows [r0, r0 + n) of m, decoded exactly: out [n, m->cols] fp32 (NVFP4: without scale2). */
-void blas_decode_rows(const ref_matrix *m, int r0, int n, float *out);
+void blas_decode_rows(const moe_matrix *m, int r0, int n, float *out);
 
 /* Whether blas_decode_rows uses its AVX-512 MXFP4 kernel on this machine (for reports). */
 int blas_decode_has_avx512(void);
@@ -78,7 +79,7 @@ blas_act_range blas_act_range_merge(blas_act_range a, blas_act_range b);
 typedef struct {
     uint8_t min, max;
 } blas_scale_range;
-blas_scale_range blas_scale_range_of(const ref_matrix *m);
+blas_scale_range blas_scale_range_of(const moe_matrix *m);
 
 /* Whether the AVX-512 BF16 kernel computes an fp32 accumulation exactly for these ranges: no
  * subnormal input, product or partial sum (vdpbf16ps would flush it) and no overflow. */
@@ -99,7 +100,7 @@ void blas_fused_force_kernel(blas_fused_kernel k);
 /* out [n, ldo]: out[p, r] = row r0 + r of m (MXFP4, sr its scale range) . act row p, for
  * r < nr, p < n; act [n, blas_fused_stride(m->cols)] arranged, ar its range. Each element is
  * one fp32 dot product whose order depends on the kernel and m->cols only. */
-void blas_fused_rows(const ref_matrix *m, blas_scale_range sr, int r0, int nr,
+void blas_fused_rows(const moe_matrix *m, blas_scale_range sr, int r0, int nr,
                      const uint16_t *act, int n, blas_act_range ar, float *out, int ldo);
 
 #endif
