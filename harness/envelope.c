@@ -132,45 +132,38 @@ typedef struct {
     double *pc, *prad, *pmag; /* [(1+n) * D] partial sums: unsplit, then rank 0..n-1 */
 } token_scratch;
 
-static void scratch_free(token_scratch *s) {
-    free(s->x);
-    free(s->row);
-    free(s->sink_c);
-    free(s->sink_r);
-    free(s->logits);
-    free(s->logit_r);
-    free(s->weights);
-    free(s->sel);
-    free(s->w_rel);
-    free(s->hc);
-    free(s->hrad);
-    free(s->hmax);
-    free(s->pc);
-    free(s->prad);
-    free(s->pmag);
+/* The scratch's arrays and their lengths: one list that both allocation and freeing read. */
+typedef struct {
+    double **d[12];
+    size_t dn[12];
+    float **f[3];
+    size_t fn[3];
+} scratch_arrays;
+
+static scratch_arrays arrays_of(token_scratch *s, const moe_config *c, int n) {
+    const size_t D = (size_t)c->D, I = (size_t)c->I, G = (size_t)(c->R + c->S), KS = (size_t)(c->K + c->S);
+    const size_t wide = D > I ? D : I, P = (size_t)(1 + n) * D;
+    scratch_arrays a = {{&s->x, &s->row, &s->sink_c, &s->sink_r, &s->logit_r, &s->w_rel, &s->hc, &s->hrad,
+                         &s->hmax, &s->pc, &s->prad, &s->pmag},
+                        {D, wide, D, D, G, KS, I, I, I, P, P, P},
+                        {&s->logits, &s->weights, &s->sel},
+                        {G, KS, (size_t)c->K}};
+    return a;
+}
+
+static void scratch_free(token_scratch *s, const moe_config *c, int n) {
+    scratch_arrays a = arrays_of(s, c, n);
+    for (int i = 0; i < 12; i++) free(*a.d[i]);
+    for (int i = 0; i < 3; i++) free(*a.f[i]);
 }
 
 static bool scratch_alloc(token_scratch *s, const moe_config *c, int n) {
-    size_t D = (size_t)c->D, I = (size_t)c->I, G = (size_t)(c->R + c->S), KS = (size_t)(c->K + c->S);
-    size_t wide = D > I ? D : I, P = (size_t)(1 + n) * D;
     memset(s, 0, sizeof *s);
-    s->x = malloc(D * sizeof(double));
-    s->row = malloc(wide * sizeof(double));
-    s->sink_c = malloc(D * sizeof(double));
-    s->sink_r = malloc(D * sizeof(double));
-    s->logits = malloc(G * sizeof(float));
-    s->logit_r = malloc(G * sizeof(double));
-    s->weights = malloc(KS * sizeof(float));
-    s->sel = malloc((size_t)c->K * sizeof(float));
-    s->w_rel = malloc(KS * sizeof(double));
-    s->hc = malloc(I * sizeof(double));
-    s->hrad = malloc(I * sizeof(double));
-    s->hmax = malloc(I * sizeof(double));
-    s->pc = malloc(P * sizeof(double));
-    s->prad = malloc(P * sizeof(double));
-    s->pmag = malloc(P * sizeof(double));
-    return s->x && s->row && s->sink_c && s->sink_r && s->logits && s->logit_r && s->weights && s->sel && s->w_rel &&
-           s->hc && s->hrad && s->hmax && s->pc && s->prad && s->pmag;
+    scratch_arrays a = arrays_of(s, c, n);
+    bool ok = true;
+    for (int i = 0; i < 12; i++) ok &= (*a.d[i] = malloc(a.dn[i] * sizeof(double))) != NULL;
+    for (int i = 0; i < 3; i++) ok &= (*a.f[i] = malloc(a.fn[i] * sizeof(float))) != NULL;
+    return ok;
 }
 
 typedef struct {
@@ -499,7 +492,7 @@ moe_status moe_envelope_build(const moe_cmp_case *cc, moe_precision precision,
     memset(&s, 0, sizeof s);
     ok = ok && scratch_alloc(&s, c, n);
     if (!ok) {
-        scratch_free(&s);
+        scratch_free(&s, c, n);
         moe_envelope_free(e);
         return moe_fail(err, MOE_ERR_NOMEM, "envelope: out of memory for T = %d", cc->T);
     }
@@ -508,7 +501,7 @@ moe_status moe_envelope_build(const moe_cmp_case *cc, moe_precision precision,
     for (int t = 0; t < cc->T; t++) {
         token_envelope(&b, t, cc->x + (size_t)t * D);
     }
-    scratch_free(&s);
+    scratch_free(&s, c, n);
     *out = e;
     return MOE_OK;
 }
