@@ -32,32 +32,24 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-    const char *model, *input, *outputs;
-    int layer, n, pad;
+    layer_input_args in;
+    const char *outputs;
+    int n;
     moe_split_kind kind;
     moe_precision precision;
 } check_args;
 
 /* Returns -1 to go on, else the exit status. */
 static int parse(int argc, char **argv, check_args *a) {
-    *a = (check_args){NULL, NULL, NULL, -1, 1, 0, MOE_SPLIT_NONE, MOE_PRECISION_SERVING};
-    int tp = 1, ep = 1, precision = 1;
+    *a = (check_args){LAYER_INPUT_ARGS_DEFAULT, NULL, 1, MOE_SPLIT_NONE, MOE_PRECISION_SERVING};
     cli_option opts[] = {
-        {.name = "--model", .kind = CLI_STRING, .out = &a->model, .required = true, .nonempty = true},
-        {.name = "--input", .kind = CLI_STRING, .out = &a->input, .required = true, .nonempty = true},
+        LAYER_INPUT_OPTIONS(&a->in),
         {.name = "--outputs", .kind = CLI_STRING, .out = &a->outputs, .required = true, .nonempty = true},
-        {.name = "--layer", .kind = CLI_INT, .out = &a->layer, .lo = 0, .hi = 999999},
-        {.name = "--tp", .kind = CLI_INT, .out = &tp, .lo = 1, .hi = 1024, .excludes = "--ep"},
-        {.name = "--ep", .kind = CLI_INT, .out = &ep, .lo = 1, .hi = 1024},
-        {.name = "--pad-inter", .kind = CLI_INT, .out = &a->pad, .lo = 0, .hi = 1 << 20},
-        {.name = "--precision", .kind = CLI_CHOICE, .out = &precision, .choices = "exact,serving,engine"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = cli_parse("check", opts, n, argc, argv, usage);
     if (rc >= 0) return rc;
-    a->kind = cli_find(opts, n, "--tp")->given ? MOE_SPLIT_TP : cli_find(opts, n, "--ep")->given ? MOE_SPLIT_EP : MOE_SPLIT_NONE;
-    a->n = a->kind == MOE_SPLIT_TP ? tp : a->kind == MOE_SPLIT_EP ? ep : 1;
-    a->precision = precision == 0 ? MOE_PRECISION_EXACT : precision == 1 ? MOE_PRECISION_SERVING : MOE_PRECISION_ENGINE;
+    layer_input_args_read(&a->in, opts, n, &a->kind, &a->n, &a->precision);
     return -1;
 }
 
@@ -73,12 +65,12 @@ static moe_status file_run(const check_args *a, const moe_config *c, int T, moe_
     r->opt.precision = a->precision;
     r->split_kind = a->kind;
     r->split_n = a->kind == MOE_SPLIT_NONE ? 1 : a->n;
-    r->pad_inter_to = a->pad;
+    r->pad_inter_to = a->in.pad;
     r->T = T, r->D = c->D, r->I = c->I, r->R = c->R, r->K = c->K, r->S = c->S;
     const size_t t = (size_t)T + 1, D = (size_t)c->D, K = (size_t)c->K, S = (size_t)c->S, I = (size_t)c->I;
     r->out = calloc(t * D, 4), r->logits = calloc(t * (size_t)(c->R + c->S), 4), r->ids = calloc(t * K, 4);
     r->weights = calloc(t * (K + S), 4);
-    if (a->kind == MOE_SPLIT_NONE && !a->pad) {
+    if (a->kind == MOE_SPLIT_NONE && !a->in.pad) {
         r->routed_h = calloc(t * K * I, 4), r->routed_y = calloc(t * K * D, 4);
         r->sink_h = calloc(t * S * I, 4), r->sink_y = calloc(t * D, 4);
     }
@@ -98,7 +90,7 @@ static int judge(const check_args *a, int layer, const moe_config *cfg, const mo
     memset(&candidate, 0, sizeof candidate); /* freed below even when the split is refused */
     moe_options opt = moe_options_default();
     opt.precision = a->precision;
-    moe_split split = {a->kind, a->kind == MOE_SPLIT_NONE ? 1 : a->n, 0, a->pad};
+    moe_split split = {a->kind, a->kind == MOE_SPLIT_NONE ? 1 : a->n, 0, a->in.pad};
     moe_status st = moe_split_validate(cfg, &split, err);
     if (!st) st = file_run(a, cfg, T, &candidate, err);
     if (!st) st = moe_run_path(&moe_backend_ref, &opt, cfg, w, MOE_SPLIT_NONE, 1, 0, T, x, true, &reference, err);
@@ -128,7 +120,7 @@ int cmd_check(int argc, char **argv) {
     moe_error err;
     moe_error_clear(&err);
     layer_input li;
-    moe_status st = layer_input_open(a.model, a.layer, a.input, &li, &err);
+    moe_status st = layer_input_open(a.in.model, a.in.layer, a.in.input, &li, &err);
     rc = st ? 2 : judge(&a, li.layer, &li.cfg, &li.w, li.T, li.x, &err);
     if (rc == 2) cli_fail("check", "%s", err.msg);
     layer_input_close(&li);

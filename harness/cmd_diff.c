@@ -32,36 +32,28 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-    const char *model, *input, *candidate, *reference;
+    layer_input_args in;
+    const char *candidate, *reference;
     const char *reference_option; /* the option that named the reference, for its errors */
-    int layer, n, pad;
+    int n;
     moe_split_kind kind;
     moe_precision precision;
 } diff_args;
 
 /* Returns -1 to go on, else the exit status. */
 static int parse(int argc, char **argv, diff_args *a) {
-    *a = (diff_args){NULL, NULL, NULL, "ref", "--reference", -1, 1, 0, MOE_SPLIT_NONE, MOE_PRECISION_SERVING};
-    int tp = 1, ep = 1, precision = 1;
+    *a = (diff_args){LAYER_INPUT_ARGS_DEFAULT, NULL, "ref", "--reference", 1, MOE_SPLIT_NONE, MOE_PRECISION_SERVING};
     cli_option opts[] = {
-        {.name = "--model", .kind = CLI_STRING, .out = &a->model, .required = true, .nonempty = true},
-        {.name = "--input", .kind = CLI_STRING, .out = &a->input, .required = true, .nonempty = true},
+        LAYER_INPUT_OPTIONS(&a->in),
         {.name = "--backend", .kind = CLI_STRING, .out = &a->candidate, .required = true, .nonempty = true},
         {.name = "--reference", .kind = CLI_STRING, .out = &a->reference, .nonempty = true, .excludes = "--against"},
         {.name = "--against", .kind = CLI_STRING, .out = &a->reference, .nonempty = true},
-        {.name = "--layer", .kind = CLI_INT, .out = &a->layer, .lo = 0, .hi = 999999},
-        {.name = "--tp", .kind = CLI_INT, .out = &tp, .lo = 1, .hi = 1024, .excludes = "--ep"},
-        {.name = "--ep", .kind = CLI_INT, .out = &ep, .lo = 1, .hi = 1024},
-        {.name = "--pad-inter", .kind = CLI_INT, .out = &a->pad, .lo = 0, .hi = 1 << 20},
-        {.name = "--precision", .kind = CLI_CHOICE, .out = &precision, .choices = "exact,serving,engine"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = cli_parse("diff", opts, n, argc, argv, usage);
     if (rc >= 0) return rc;
     if (cli_find(opts, n, "--against")->given) a->reference_option = "--against";
-    a->kind = cli_find(opts, n, "--tp")->given ? MOE_SPLIT_TP : cli_find(opts, n, "--ep")->given ? MOE_SPLIT_EP : MOE_SPLIT_NONE;
-    a->n = a->kind == MOE_SPLIT_TP ? tp : a->kind == MOE_SPLIT_EP ? ep : 1;
-    a->precision = precision == 0 ? MOE_PRECISION_EXACT : precision == 1 ? MOE_PRECISION_SERVING : MOE_PRECISION_ENGINE;
+    layer_input_args_read(&a->in, opts, n, &a->kind, &a->n, &a->precision);
     return -1;
 }
 
@@ -78,7 +70,7 @@ static int judge(const diff_args *a, const moe_backend *candidate_path, const mo
     opt.precision = a->precision;
     moe_run candidate, reference;
     memset(&reference, 0, sizeof reference);
-    moe_status st = moe_run_path(candidate_path, &opt, cfg, w, a->kind, a->n, a->pad, T, x, true, &candidate, &err);
+    moe_status st = moe_run_path(candidate_path, &opt, cfg, w, a->kind, a->n, a->in.pad, T, x, true, &candidate, &err);
     if (!st) st = moe_run_path(reference_path, &opt, cfg, w, MOE_SPLIT_NONE, 1, 0, T, x, true, &reference, &err);
     moe_cmp_case cc = {cfg, w, T, x};
     moe_cmp_report rep;
@@ -112,7 +104,7 @@ int cmd_diff(int argc, char **argv) {
     if (!candidate || !reference)
         return cli_fail("diff", "argument %s: %s", candidate ? a.reference_option : "--backend", err.msg);
     layer_input li;
-    moe_status st = layer_input_open(a.model, a.layer, a.input, &li, &err);
+    moe_status st = layer_input_open(a.in.model, a.in.layer, a.in.input, &li, &err);
     rc = st ? cli_fail("diff", "%s", err.msg) : judge(&a, candidate, reference, &li);
     layer_input_close(&li);
     return rc;

@@ -23,3 +23,14 @@ void layer_input_close(layer_input *li) {
     if (li->open) moe_checkpoint_close(&li->ck);
     li->open = false;
 }
+
+void layer_input_args_read(const layer_input_args *a, cli_option *opts, int n_opts, moe_split_kind *kind, int *n,
+                           moe_precision *precision) {
+    *kind = cli_find(opts, n_opts, "--tp")->given   ? MOE_SPLIT_TP
+            : cli_find(opts, n_opts, "--ep")->given ? MOE_SPLIT_EP
+                                                    : MOE_SPLIT_NONE;
+    *n = *kind == MOE_SPLIT_TP ? a->tp : *kind == MOE_SPLIT_EP ? a->ep : 1;
+    *precision = a->precision == 0   ? MOE_PRECISION_EXACT
+                 : a->precision == 1 ? MOE_PRECISION_SERVING
+                                     : MOE_PRECISION_ENGINE;
+}
