@@ -125,6 +125,75 @@ static moe_status refuse_out_on_inputs(const run_args *a, const moe_checkpoint *
     return st;
 }
 
+/* The output and the stages of one run, owned. */
+typedef struct {
+    float *out, *weights, *logits, *sink_y;
+    int32_t *ids;
+    uint16_t *out_bf16; /* serving: out rounded to bf16 */
+} run_arrays;
+
+static void arrays_free(run_arrays *r) {
+    free(r->out);
+    free(r->weights);
+    free(r->logits);
+    free(r->sink_y);
+    free(r->ids);
+    free(r->out_bf16);
+}
+
+static moe_status arrays_alloc(const run_args *a, const moe_config *cfg, int T, run_arrays *r, moe_error *err) {
+    const size_t TD = (size_t)T * (size_t)cfg->D, G = (size_t)(cfg->R + cfg->S);
+    r->out = malloc((TD ? TD : 1) * sizeof *r->out);
+    r->ids = malloc(((size_t)T * (size_t)cfg->K + 1) * sizeof *r->ids);
+    r->weights = malloc(((size_t)T * (size_t)(cfg->K + cfg->S) + 1) * sizeof *r->weights);
+    if (a->stages) r->logits = malloc(((size_t)T * G + 1) * sizeof *r->logits);
+    if (a->stages && a->kind == MOE_SPLIT_NONE) r->sink_y = malloc((TD ? TD : 1) * sizeof *r->sink_y);
+    if (!r->out || !r->ids || !r->weights || (a->stages && !r->logits) ||
+        (a->stages && a->kind == MOE_SPLIT_NONE && !r->sink_y))
+        return moe_fail(err, MOE_ERR_NOMEM, "run: out of memory for T = %d tokens", T);
+    return MOE_OK;
+}
+
+/* The output file: out (bf16 when serving), the routing, and the stages asked for. */
+static moe_status write_outputs(const run_args *a, const moe_config *cfg, int T, unsigned filled, run_arrays *r,
+                                moe_error *err) {
+    const size_t TD = (size_t)T * (size_t)cfg->D;
+    const bool serving = a->precision != MOE_PRECISION_EXACT; /* engine: computed as serving */
+    if (serving) {
+        r->out_bf16 = malloc((TD ? TD : 1) * sizeof *r->out_bf16);
+        if (!r->out_bf16) return moe_fail(err, MOE_ERR_NOMEM, "run: out of memory for the output");
+        for (size_t i = 0; i < TD; i++) r->out_bf16[i] = moe_f32_to_bf16(r->out[i]);
+    }
+    moe_st_entry e[5];
+    int n = 0;
+    e[n++] = (moe_st_entry){"out", serving ? MOE_ST_BF16 : MOE_ST_F32, 2, {T, cfg->D},
+                            serving ? (const void *)r->out_bf16 : (const void *)r->out};
+    e[n++] = (moe_st_entry){"topk_ids", MOE_ST_I32, 2, {T, cfg->K}, r->ids};
+    e[n++] = (moe_st_entry){"topk_weights", MOE_ST_F32, 2, {T, cfg->K + cfg->S}, r->weights};
+    if (a->stages) e[n++] = (moe_st_entry){"logits", MOE_ST_F32, 2, {T, (int64_t)(cfg->R + cfg->S)}, r->logits};
+    if (r->sink_y && (filled & MOE_STAGE_SINK_Y))
+        e[n++] = (moe_st_entry){"sink_y", MOE_ST_F32, 2, {T, cfg->D}, r->sink_y};
+    return moe_st_write(a->out, e, n, err);
+}
+
+/* The layer forward over every rank into r; the routing (and logits with --stages) must be
+ * reported. */
+static moe_status forward(const run_args *a, const moe_backend *be, const moe_config *cfg, const moe_weights *w,
+                          int T, const uint16_t *x, run_arrays *r, unsigned *filled, moe_error *err) {
+    moe_options opt = moe_options_default();
+    opt.precision = a->precision;
+    opt.n_threads = a->threads;
+    opt.strict_nonfinite = a->strict;
+    moe_stages stages = {.logits = r->logits, .topk_ids = r->ids, .topk_weights = r->weights, .sink_y = r->sink_y};
+    moe_status st = moe_forward_all_ranks(be, cfg, w, a->kind, a->n, a->pad_inter, &opt, T, x, r->out, &stages, err);
+    *filled = stages.filled;
+    if (st) return st;
+    if (!(stages.filled & MOE_STAGE_TOPK) || (a->stages && !(stages.filled & MOE_STAGE_LOGITS)))
+        return moe_fail(err, MOE_ERR_INTERNAL, "backend %s: did not report %s", be->name,
+                        (stages.filled & MOE_STAGE_TOPK) ? "logits" : "topk_ids/topk_weights");
+    return MOE_OK;
+}
+
 static moe_status run(const run_args *a, moe_error *err) {
     const moe_backend *be = moe_path_open(a->backend, err);
     if (!be) {
@@ -141,75 +210,26 @@ static moe_status run(const run_args *a, moe_error *err) {
     }
     moe_config cfg;
     moe_weights w;
-    uint16_t *x = NULL, *out_bf16 = NULL;
-    float *out = NULL, *weights = NULL, *logits = NULL, *sink_y = NULL;
-    int32_t *ids = NULL;
+    uint16_t *x = NULL;
+    run_arrays r = {0};
+    unsigned filled = 0;
     int T = 0;
     ck.strict = a->strict;
     st = moe_checkpoint_layer(&ck, a->layer, NULL, &cfg, &w, err);
     moe_split split = {a->kind, a->n, 0, a->pad_inter};
     if (!st) st = moe_split_validate(&cfg, &split, err);
     if (!st) st = moe_read_input(a->input, cfg.D, &T, &x, err);
-    if (st) goto done;
-
-    const size_t TD = (size_t)T * (size_t)cfg.D, G = (size_t)(cfg.R + cfg.S);
-    out = malloc((TD ? TD : 1) * sizeof *out);
-    ids = malloc(((size_t)T * (size_t)cfg.K + 1) * sizeof *ids);
-    weights = malloc(((size_t)T * (size_t)(cfg.K + cfg.S) + 1) * sizeof *weights);
-    if (a->stages) logits = malloc(((size_t)T * G + 1) * sizeof *logits);
-    if (a->stages && a->kind == MOE_SPLIT_NONE) sink_y = malloc((TD ? TD : 1) * sizeof *sink_y);
-    if (!out || !ids || !weights || (a->stages && !logits) ||
-        (a->stages && a->kind == MOE_SPLIT_NONE && !sink_y)) {
-        st = moe_fail(err, MOE_ERR_NOMEM, "run: out of memory for T = %d tokens", T);
-        goto done;
-    }
-    moe_options opt = moe_options_default();
-    opt.precision = a->precision;
-    opt.n_threads = a->threads;
-    opt.strict_nonfinite = a->strict;
-    moe_stages stages = {.logits = logits, .topk_ids = ids, .topk_weights = weights,
-                         .sink_y = sink_y};
-    st = moe_forward_all_ranks(be, &cfg, &w, a->kind, a->n, a->pad_inter, &opt, T, x, out,
-                               &stages, err);
-    if (st) goto done;
-    if (!(stages.filled & MOE_STAGE_TOPK) || (a->stages && !(stages.filled & MOE_STAGE_LOGITS))) {
-        st = moe_fail(err, MOE_ERR_INTERNAL, "backend %s: did not report %s", be->name,
-                      (stages.filled & MOE_STAGE_TOPK) ? "logits" : "topk_ids/topk_weights");
-        goto done;
-    }
-    const bool serving = a->precision != MOE_PRECISION_EXACT; /* engine: computed as serving */
-    if (serving) {
-        out_bf16 = malloc((TD ? TD : 1) * sizeof *out_bf16);
-        if (!out_bf16) {
-            st = moe_fail(err, MOE_ERR_NOMEM, "run: out of memory for the output");
-            goto done;
-        }
-        for (size_t i = 0; i < TD; i++) out_bf16[i] = moe_f32_to_bf16(out[i]);
-    }
-    moe_st_entry e[5];
-    int n = 0;
-    e[n++] = (moe_st_entry){"out", serving ? MOE_ST_BF16 : MOE_ST_F32, 2, {T, cfg.D},
-                            serving ? (const void *)out_bf16 : (const void *)out};
-    e[n++] = (moe_st_entry){"topk_ids", MOE_ST_I32, 2, {T, cfg.K}, ids};
-    e[n++] = (moe_st_entry){"topk_weights", MOE_ST_F32, 2, {T, cfg.K + cfg.S}, weights};
-    if (a->stages) e[n++] = (moe_st_entry){"logits", MOE_ST_F32, 2, {T, (int64_t)G}, logits};
-    if (sink_y && (stages.filled & MOE_STAGE_SINK_Y))
-        e[n++] = (moe_st_entry){"sink_y", MOE_ST_F32, 2, {T, cfg.D}, sink_y};
-    st = moe_st_write(a->out, e, n, err);
+    if (!st) st = arrays_alloc(a, &cfg, T, &r, err);
+    if (!st) st = forward(a, be, &cfg, &w, T, x, &r, &filled, err);
+    if (!st) st = write_outputs(a, &cfg, T, filled, &r, err);
     /* notes only after success: a failing run prints exactly its one error line */
     for (int i = 0; !st && i < ck.info.n_ignored && i < MOE_LAYER_INFO_MAX_IGNORED; i++) {
         char name[600];
         fprintf(stderr, "inkling-moe run: note: tensor %s ignored (--strict refuses it)\n",
                 cli_escape(ck.info.ignored[i], name, sizeof name));
     }
-done:
     free(x);
-    free(out);
-    free(out_bf16);
-    free(ids);
-    free(weights);
-    free(logits);
-    free(sink_y);
+    arrays_free(&r);
     moe_checkpoint_close(&ck);
     return st;
 }

@@ -102,14 +102,80 @@ moe_status fuzz_case_validate(const fuzz_case *c, moe_error *err) {
     return MOE_OK;
 }
 
+static const char *const case_keys[] = {"D", "I", "R", "K", "S", "T", "fmt", "bias", "gscale", "rs",
+                                        "split", "pad", "seed", "feat", "sample", "input"};
+enum { CASE_KEY_COUNT = (int)(sizeof case_keys / sizeof case_keys[0]) };
+
+/* feat=a,b,... (or none) into c->features. */
+static moe_status parse_features(const char *v, fuzz_case *c, moe_error *err) {
+    if (!strcmp(v, "none")) return MOE_OK;
+    char list[256];
+    snprintf(list, sizeof list, "%s", v);
+    for (char *save = NULL, *f = strtok_r(list, ",", &save); f; f = strtok_r(NULL, ",", &save)) {
+        int bit = -1;
+        for (int i = 0; i < FZ_FEATURE_COUNT; i++)
+            if (!strcmp(f, feature_names[i])) bit = i;
+        if (bit < 0) return moe_fail(err, MOE_ERR_ARG, "case line: unknown feature '%s'", f);
+        c->features |= 1u << bit;
+    }
+    return MOE_OK;
+}
+
+/* The value v of key case_keys[which] into c; false when v is not a value of that key. */
+static bool set_key(fuzz_case *c, int which, const char *v) {
+    int iv = 0;
+    char *end;
+    switch (which) {
+    case 0: return parse_int(v, &c->cfg.D);
+    case 1: return parse_int(v, &c->cfg.I);
+    case 2: return parse_int(v, &c->cfg.R);
+    case 3: return parse_int(v, &c->cfg.K);
+    case 4: return parse_int(v, &c->cfg.S);
+    case 5: return parse_int(v, &c->T);
+    case 6: {
+        const bool ok = moe_routed_format_from_key(v) >= 0;
+        c->cfg.routed_format = ok ? (moe_routed_format)moe_routed_format_from_key(v) : MOE_ROUTED_MXFP4;
+        return ok;
+    }
+    case 7: {
+        const bool ok = parse_int(v, &iv) && (iv == 0 || iv == 1);
+        c->cfg.has_gate_bias = iv;
+        return ok;
+    }
+    case 8: {
+        const bool ok = parse_int(v, &iv) && (iv == 0 || iv == 1);
+        c->cfg.has_global_scale = iv;
+        return ok;
+    }
+    case 9:
+        c->cfg.route_scale = strtof(v, &end);
+        return end != v && !*end && isfinite(c->cfg.route_scale);
+    case 10:
+        if (!strcmp(v, "none")) {
+            c->split = MOE_SPLIT_NONE;
+            c->n = 1;
+            return true;
+        }
+        if (strncmp(v, "tp", 2) && strncmp(v, "ep", 2)) return false;
+        c->split = v[0] == 't' ? MOE_SPLIT_TP : MOE_SPLIT_EP;
+        return parse_int(v + 2, &c->n) && c->n >= 1;
+    case 11: return parse_int(v, &c->pad);
+    case 12:
+        errno = 0;
+        c->seed = (uint64_t)strtoull(v, &end, 0);
+        return !errno && end != v && !*end;
+    case 14: return parse_int(v, &c->sample);
+    case 15: return parse_int(v, &c->input);
+    default: return true;
+    }
+}
+
 moe_status fuzz_case_parse(const char *line, fuzz_case *c, moe_error *err) {
     memset(c, 0, sizeof *c);
     c->split = MOE_SPLIT_NONE;
     c->n = 1;
     c->cfg.route_scale = 1.0f;
     unsigned seen = 0;
-    const char *keys[] = {"D", "I", "R", "K", "S", "T", "fmt", "bias", "gscale", "rs", "split", "pad", "seed", "feat", "sample", "input"};
-    const int n_keys = (int)(sizeof keys / sizeof keys[0]);
     const char *p = line;
     while (*p) {
         while (isspace((unsigned char)*p)) p++;
@@ -126,71 +192,16 @@ moe_status fuzz_case_parse(const char *line, fuzz_case *c, moe_error *err) {
         *eq = 0;
         const char *k = word, *v = eq + 1;
         int which = -1;
-        for (int i = 0; i < n_keys; i++)
-            if (!strcmp(k, keys[i])) which = i;
+        for (int i = 0; i < CASE_KEY_COUNT; i++)
+            if (!strcmp(k, case_keys[i])) which = i;
         if (which < 0) return moe_fail(err, MOE_ERR_ARG, "case line: unknown key '%s'", k);
         seen |= 1u << which;
-        bool ok = true;
-        int iv = 0;
-        switch (which) {
-        case 0: ok = parse_int(v, &c->cfg.D); break;
-        case 1: ok = parse_int(v, &c->cfg.I); break;
-        case 2: ok = parse_int(v, &c->cfg.R); break;
-        case 3: ok = parse_int(v, &c->cfg.K); break;
-        case 4: ok = parse_int(v, &c->cfg.S); break;
-        case 5: ok = parse_int(v, &c->T); break;
-        case 6:
-            ok = moe_routed_format_from_key(v) >= 0;
-            c->cfg.routed_format = ok ? (moe_routed_format)moe_routed_format_from_key(v) : MOE_ROUTED_MXFP4;
-            break;
-        case 7: ok = parse_int(v, &iv) && (iv == 0 || iv == 1); c->cfg.has_gate_bias = iv; break;
-        case 8: ok = parse_int(v, &iv) && (iv == 0 || iv == 1); c->cfg.has_global_scale = iv; break;
-        case 9: {
-            char *end;
-            c->cfg.route_scale = strtof(v, &end);
-            ok = end != v && !*end && isfinite(c->cfg.route_scale);
-            break;
-        }
-        case 10:
-            if (!strcmp(v, "none")) {
-                c->split = MOE_SPLIT_NONE;
-                c->n = 1;
-            } else if (!strncmp(v, "tp", 2) || !strncmp(v, "ep", 2)) {
-                c->split = v[0] == 't' ? MOE_SPLIT_TP : MOE_SPLIT_EP;
-                ok = parse_int(v + 2, &c->n) && c->n >= 1;
-            } else {
-                ok = false;
-            }
-            break;
-        case 11: ok = parse_int(v, &c->pad); break;
-        case 12: {
-            char *end;
-            errno = 0;
-            c->seed = (uint64_t)strtoull(v, &end, 0);
-            ok = !errno && end != v && !*end;
-            break;
-        }
-        case 14: ok = parse_int(v, &c->sample); break;
-        case 15: ok = parse_int(v, &c->input); break;
-        case 13:
-            if (strcmp(v, "none")) {
-                char list[256];
-                snprintf(list, sizeof list, "%s", v);
-                for (char *save = NULL, *f = strtok_r(list, ",", &save); f; f = strtok_r(NULL, ",", &save)) {
-                    int bit = -1;
-                    for (int i = 0; i < FZ_FEATURE_COUNT; i++)
-                        if (!strcmp(f, feature_names[i])) bit = i;
-                    if (bit < 0) return moe_fail(err, MOE_ERR_ARG, "case line: unknown feature '%s'", f);
-                    c->features |= 1u << bit;
-                }
-            }
-            break;
-        default: break;
-        }
-        if (!ok) return moe_fail(err, MOE_ERR_ARG, "case line: bad value '%s' for key %s", v, k);
+        const moe_status st = which == 13 ? parse_features(v, c, err) : MOE_OK;
+        if (st) return st;
+        if (!set_key(c, which, v)) return moe_fail(err, MOE_ERR_ARG, "case line: bad value '%s' for key %s", v, k);
     }
     for (int i = 0; i < 6; i++) /* the sizes must be given; the rest have defaults */
-        if (!(seen & (1u << i))) return moe_fail(err, MOE_ERR_ARG, "case line: key %s missing", keys[i]);
+        if (!(seen & (1u << i))) return moe_fail(err, MOE_ERR_ARG, "case line: key %s missing", case_keys[i]);
     if (c->split == MOE_SPLIT_NONE) c->n = 1;
     return fuzz_case_validate(c, err);
 }
