@@ -333,7 +333,8 @@ static int run_device(const lab_plan *p, FILE *out, FILE *csv) {
     } else {
         fprintf(out, "layer made, sharded and uploaded in %.1f s\n", fuzz_now() - t0);
     }
-    for (int i = 0; i < p->n_tokens && !rc; i++) {
+    /* a failed check does not stop the run: every T is still checked and timed */
+    for (int i = 0; i < p->n_tokens && !st && created; i++) {
         lab_batch b;
         if (batch_make(p, p->tokens[i], &b, &err)) {
             fprintf(out, "lab: %s\n", err.msg);
