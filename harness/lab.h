@@ -68,7 +68,32 @@ typedef enum { LAB_FOCUS_LAYER = 0, LAB_FOCUS_EXPERTS, LAB_FOCUS_GATE, LAB_FOCUS
 #define LAB_CSV_HEADER \
     "shape,variant,T,stage,bytes,flops,median_us,floor_us,achieved_GBps,achieved_TFLOPs,x_floor"
 
+/* How the lab drives a variant's calls and times them: the CUDA backend's stage events
+ * (lab_cuda_timer), or a test double. "Device" buffers are the timer's own memory; the lab
+ * reads the host's clock around each call itself. */
 typedef struct {
+    /* Overwrites more than the last-level cache, so that the next call starts cold. */
+    moe_status (*flush)(const moe_backend *be, void *state, moe_error *err);
+    /* One forward call on x [T, D] -> out [T, D] in host memory; ms [LAB_DEVICE + 1] its stage
+     * intervals in milliseconds. */
+    moe_status (*call)(const moe_backend *be, void *state, int T, const uint16_t *x, float *out,
+                       float ms[LAB_DEVICE + 1], moe_error *err);
+    /* The same call on x_dev and out_dev, buffers of dev_alloc, returning when out_dev holds
+     * the result. */
+    moe_status (*call_on_device)(const moe_backend *be, void *state, int T, const void *x_dev,
+                                 void *out_dev, moe_error *err);
+    /* bytes of device memory into *p, a copy of src when src is not NULL. */
+    moe_status (*dev_alloc)(void **p, size_t bytes, const void *src, moe_error *err);
+    moe_status (*dev_read)(void *host, const void *dev, size_t bytes, moe_error *err);
+    void (*dev_free)(void *p);
+} lab_timer;
+
+/* The CUDA backend's timer (harness/lab_cuda.c): its state is the `void *` of the CUDA
+ * variants' create(). NULL in a build without CUDA. */
+const lab_timer *lab_cuda_timer(void);
+
+typedef struct {
+    const lab_timer *timer; /* NULL: lab_cuda_timer(), and the variants must be CUDA variants */
     fuzz_case layer;  /* the case whose layer every run shares; its T is replaced */
     char shape[32];   /* the named shape, or "case" for a case line */
     int tokens[LAB_MAX_T];

@@ -10,18 +10,13 @@
  *     CUDA event interval (opt/cuda/cuda_profile.h) and of the host's wall clock of the call;
  *     the same for the call on x and out already on the device (its host clock), whose last
  *     output must equal the host call's bit for bit.
+ * The calls and their times come from the plan's timer (lab.h; the CUDA backend's by default).
  * A build without CUDA has no timer: everything reports SKIPPED.
  */
 #include "lab.h"
 
 #include "compare.h"
 #include "fuzz.h"
-
-#ifdef MOE_HAVE_CUDA
-#include "../opt/cuda/cuda_profile.h"
-
-#include <cuda_runtime_api.h>
-#endif
 
 #include <math.h>
 #include <stddef.h>
@@ -35,24 +30,6 @@ static bool any_runnable(const lab_plan *p, char *why, size_t len) {
         if (p->variants[v]->available(why, len)) return true;
     return false;
 }
-
-#ifdef MOE_HAVE_CUDA
-
-/* Where each timed stage lies in the backend's record. */
-static const size_t stage_field[LAB_DEVICE + 1] = {
-    [LAB_UPLOAD] = offsetof(moe_cuda_stage_times, upload),
-    [LAB_GATE] = offsetof(moe_cuda_stage_times, gate),
-    [LAB_ROUTE] = offsetof(moe_cuda_stage_times, route),
-    [LAB_GROUP] = offsetof(moe_cuda_stage_times, group),
-    [LAB_GEMM1] = offsetof(moe_cuda_stage_times, gemm1),
-    [LAB_GEMM2] = offsetof(moe_cuda_stage_times, gemm2),
-    [LAB_COMBINE] = offsetof(moe_cuda_stage_times, combine),
-    [LAB_DOWNLOAD] = offsetof(moe_cuda_stage_times, download),
-    [LAB_SINK_GEMM1] = offsetof(moe_cuda_stage_times, sink_gemm1),
-    [LAB_SINK_SWIGLU] = offsetof(moe_cuda_stage_times, sink_swiglu),
-    [LAB_SINK_GEMM2] = offsetof(moe_cuda_stage_times, sink_gemm2),
-    [LAB_DEVICE] = offsetof(moe_cuda_stage_times, device),
-};
 
 /* One T's inputs, shared by every variant, and the reference on its sampled tokens. */
 typedef struct {
@@ -170,51 +147,44 @@ static moe_status gpu_run_alloc(const moe_config *c, const moe_backend *be, int 
  * next of the batch's inputs: from host memory (the stage events and the host's clock) and on
  * device pointers (the host's clock). samples [LAB_STAGE_COUNT][iters] in ms; out2 [T, D] gets
  * the last host call's output, and *same whether the last device call gave the same bits. */
-static moe_status time_calls(void *state, const lab_batch *b, int D, int iters, float *samples,
-                             float *out2, bool *same, moe_error *err) {
+static moe_status time_calls(const lab_timer *tm, const moe_backend *be, void *state,
+                             const lab_batch *b, int D, int iters, float *samples, float *out2,
+                             bool *same, moe_error *err) {
     const int T = b->c.T;
     const size_t x_bytes = sizeof(uint16_t) * (size_t)T * D, out_bytes = sizeof(float) * (size_t)T * D;
     void *x_dev[LAB_ROTATE] = {NULL}, *out_dev = NULL;
     float *out3 = malloc(out_bytes + 1);
     moe_status st = out3 ? MOE_OK : moe_fail(err, MOE_ERR_NOMEM, "lab: out of memory at T = %d", T);
-    cudaError_t ce = cudaMalloc(&out_dev, out_bytes + 4);
-    for (int r = 0; r < LAB_ROTATE && ce == cudaSuccess; r++) {
-        ce = cudaMalloc(&x_dev[r], x_bytes + 2);
-        if (ce == cudaSuccess) ce = cudaMemcpy(x_dev[r], b->x[r], x_bytes, cudaMemcpyHostToDevice);
-    }
-    if (!st && ce != cudaSuccess)
-        st = moe_fail(err, MOE_ERR_DEVICE, "lab: device buffers: %s", cudaGetErrorString(ce));
+    if (!st) st = tm->dev_alloc(&out_dev, out_bytes, NULL, err);
+    for (int r = 0; r < LAB_ROTATE && !st; r++) st = tm->dev_alloc(&x_dev[r], x_bytes, b->x[r], err);
     for (int it = -3; it < iters && !st; it++) {
-        moe_cuda_stage_times times, dtimes;
+        float ms[LAB_DEVICE + 1];
         const int r = (it + 3) % LAB_ROTATE;
-        st = moe_cuda_flush_l2(state, err);
+        st = tm->flush(be, state, err);
         const double w0 = fuzz_now();
-        if (!st) st = moe_cuda_forward_timed(state, T, b->x[r], out2, &times, err);
+        if (!st) st = tm->call(be, state, T, b->x[r], out2, ms, err);
         const double w1 = fuzz_now();
-        if (!st) st = moe_cuda_flush_l2(state, err);
+        if (!st) st = tm->flush(be, state, err);
         const double w2 = fuzz_now();
-        if (!st) st = moe_cuda_forward_device_timed(state, T, x_dev[r], out_dev, &dtimes, err);
+        if (!st) st = tm->call_on_device(be, state, T, x_dev[r], out_dev, err);
         if (it < 0 || st) continue;
         samples[(size_t)LAB_HOST * iters + it] = (float)((w1 - w0) * 1e3);
         samples[(size_t)LAB_DEVICE_CALL * iters + it] = (float)((fuzz_now() - w2) * 1e3);
-        for (int s = 0; s <= LAB_DEVICE; s++)
-            samples[(size_t)s * iters + it] = *(const float *)((const char *)&times + stage_field[s]);
+        for (int s = 0; s <= LAB_DEVICE; s++) samples[(size_t)s * iters + it] = ms[s];
     }
-    if (!st) {
-        ce = cudaMemcpy(out3, out_dev, out_bytes, cudaMemcpyDeviceToHost);
-        if (ce != cudaSuccess)
-            st = moe_fail(err, MOE_ERR_DEVICE, "lab: reading out_dev: %s", cudaGetErrorString(ce));
-        *same = !st && memcmp(out2, out3, out_bytes) == 0;
-    }
-    for (int r = 0; r < LAB_ROTATE; r++) cudaFree(x_dev[r]);
-    cudaFree(out_dev);
+    if (!st) st = tm->dev_read(out3, out_dev, out_bytes, err);
+    *same = !st && memcmp(out2, out3, out_bytes) == 0;
+    for (int r = 0; r < LAB_ROTATE; r++)
+        if (x_dev[r]) tm->dev_free(x_dev[r]);
+    if (out_dev) tm->dev_free(out_dev);
     free(out3);
     return st;
 }
 
 /* One variant at one T: determinism, the check (if asked), the timings. Returns 1 on a failure. */
-static int run_variant(const lab_plan *p, const moe_layer_data *ld, const moe_backend *be,
-                       void *state, lab_batch *b, bool check, FILE *out, FILE *csv) {
+static int run_variant(const lab_plan *p, const lab_timer *tm, const moe_layer_data *ld,
+                       const moe_backend *be, void *state, lab_batch *b, bool check, FILE *out,
+                       FILE *csv) {
     const moe_config *c = &p->layer.cfg;
     const int T = b->c.T, iters = p->iters;
     fprintf(out, "T = %d, %s\n", T, be->name);
@@ -253,7 +223,7 @@ static int run_variant(const lab_plan *p, const moe_layer_data *ld, const moe_ba
     moe_run_free(&gpu);
 
     bool same_on_device = false;
-    st = time_calls(state, b, c->D, iters, samples, out2, &same_on_device, &err);
+    st = time_calls(tm, be, state, b, c->D, iters, samples, out2, &same_on_device, &err);
     if (!st)
         fprintf(out, "  device-pointer call bitwise equal to the host call: %s\n", same_on_device ? "yes" : "NO");
     bad |= !st && !same_on_device;
@@ -273,7 +243,7 @@ static int run_variant(const lab_plan *p, const moe_layer_data *ld, const moe_ba
             if (!lab_focus_has(p->focus, (lab_stage_id)s)) continue;
             const double us = us_of[s], secs = us * 1e-6;
             const double floor_s = lab_floor_s(&stages[s]);
-            fprintf(out, "  %-20s %10.1f %12.4g %10.0f %8.1f %10.1f %8.2f\n", stages[s].name, us,
+            fprintf(out, "  %-20s %10.1f %12.4g %10.0f %8.1f %10.2f %8.2f\n", stages[s].name, us,
                     stages[s].bytes, secs > 0 ? stages[s].bytes / secs * 1e-9 : 0.0,
                     secs > 0 ? stages[s].flops / secs * 1e-12 : 0.0, floor_s * 1e6,
                     floor_s > 0 ? secs / floor_s : 0.0);
@@ -290,7 +260,7 @@ static int run_variant(const lab_plan *p, const moe_layer_data *ld, const moe_ba
     return bad;
 }
 
-static int run_device(const lab_plan *p, FILE *out, FILE *csv) {
+static int run_device(const lab_plan *p, const lab_timer *tm, FILE *out, FILE *csv) {
     moe_error err;
     moe_error_clear(&err);
     const double t0 = fuzz_now();
@@ -342,7 +312,7 @@ static int run_device(const lab_plan *p, FILE *out, FILE *csv) {
             break;
         }
         for (int v = 0; v < p->n_variants; v++)
-            if (states[v]) rc |= run_variant(p, &ld, p->variants[v], states[v], &b, p->check[i], out, csv);
+            if (states[v]) rc |= run_variant(p, tm, &ld, p->variants[v], states[v], &b, p->check[i], out, csv);
         batch_free(&b);
     }
     for (int v = 0; v < p->n_variants; v++)
@@ -352,23 +322,18 @@ static int run_device(const lab_plan *p, FILE *out, FILE *csv) {
     return rc;
 }
 
-#else
-
-static int run_device(const lab_plan *p, FILE *out, FILE *csv) {
-    (void)p, (void)csv;
-    fprintf(out, "lab: SKIPPED: built without the CUDA toolkit (no stage timer)\n");
-    return LAB_EXIT_SKIPPED;
-}
-
-#endif
-
 int lab_run(const lab_plan *p, FILE *out, FILE *csv) {
     char why[256];
     if (!any_runnable(p, why, sizeof why)) {
         fprintf(out, "lab: SKIPPED: %s\n", why);
         return LAB_EXIT_SKIPPED;
     }
-    const int rc = run_device(p, out, csv);
+    const lab_timer *tm = p->timer ? p->timer : lab_cuda_timer();
+    if (!tm) {
+        fprintf(out, "lab: SKIPPED: built without the CUDA toolkit (no stage timer)\n");
+        return LAB_EXIT_SKIPPED;
+    }
+    const int rc = run_device(p, tm, out, csv);
     if (rc != LAB_EXIT_SKIPPED) fprintf(out, "lab: %s\n", rc ? "FAILED" : "all checks passed");
     return rc;
 }

@@ -11,6 +11,7 @@
 #include "test_support.h"
 
 #include "../harness/lab.h"
+#include "../harness/mutants.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,6 +292,93 @@ static void test_small_on_gpu(void **state) {
     assert_int_equal(lines, 1 + lab_cuda_variants(v, LAB_MAX_VARIANTS) * 2 * LAB_STAGE_COUNT);
 }
 
+/* A timer for any backend, on the host: its forward is the call, "device" memory is host
+ * memory, and each stage s takes a made-up 1 + s ms; with it the whole lab runs without a GPU. */
+static moe_status host_flush(const moe_backend *be, void *state, moe_error *err) {
+    (void)be, (void)state, (void)err;
+    return MOE_OK;
+}
+static moe_status host_call(const moe_backend *be, void *state, int T, const uint16_t *x, float *out,
+                            float ms[LAB_DEVICE + 1], moe_error *err) {
+    for (int s = 0; s <= LAB_DEVICE; s++) ms[s] = 1.0f + (float)s;
+    return be->forward(state, T, x, out, NULL, err);
+}
+static moe_status host_call_on_device(const moe_backend *be, void *state, int T, const void *x_dev,
+                                      void *out_dev, moe_error *err) {
+    return be->forward(state, T, (const uint16_t *)x_dev, (float *)out_dev, NULL, err);
+}
+static moe_status host_alloc(void **p, size_t bytes, const void *src, moe_error *err) {
+    *p = malloc(bytes + 1);
+    if (!*p) return moe_fail(err, MOE_ERR_NOMEM, "test: out of memory");
+    if (src) memcpy(*p, src, bytes);
+    return MOE_OK;
+}
+static moe_status host_read(void *host, const void *dev, size_t bytes, moe_error *err) {
+    (void)err;
+    memcpy(host, dev, bytes);
+    return MOE_OK;
+}
+static const lab_timer host_timer = {host_flush, host_call, host_call_on_device, host_alloc, host_read, free};
+
+/* The lab's whole run on the host timer: the reference as a variant passes every check at every
+ * T (all tokens, then a sample of 4 and of 8) and gives a CSV row per (variant, T, stage) with
+ * the timer's times; a planted bug fails its check, and the other T still run. */
+static void test_whole_run_on_host_timer(void **state) {
+    (void)state;
+    static lab_plan p;
+    memset(&p, 0, sizeof p);
+    p.timer = &host_timer;
+    moe_error err;
+    assert_int_equal(fuzz_case_parse("D=64 I=64 R=8 K=2 S=1 T=1 fmt=mxfp4 bias=1 gscale=1 rs=8 split=none "
+                                     "pad=0 seed=7 feat=ties", &p.layer, &err), MOE_OK);
+    snprintf(p.shape, sizeof p.shape, "case");
+    const int tokens[] = {1, 5, 70};
+    for (int i = 0; i < 3; i++) p.tokens[i] = tokens[i], p.check[i] = true;
+    p.n_tokens = 3;
+    p.iters = 3;
+    p.variants[0] = &moe_backend_ref;
+    p.variants[1] = moe_mutant_find("gate_up_swap");
+    assert_non_null(p.variants[1]);
+    for (int n_variants = 1; n_variants <= 2; n_variants++) {
+        p.n_variants = n_variants;
+        FILE *out = tmpfile(), *csv = tmpfile();
+        assert_true(out && csv);
+        const int rc = lab_run(&p, out, csv);
+        static char text[65536];
+        rewind(out);
+        text[fread(text, 1, sizeof text - 1, out)] = '\0';
+        int passes = 0, fails = 0, rows = 0, gate_rows = 0;
+        for (const char *q = text; (q = strstr(q, "envelope: PASS")); q++) passes++;
+        for (const char *q = text; (q = strstr(q, "envelope: FAIL")); q++) fails++;
+        assert_non_null(strstr(text, "five further runs bitwise identical: yes"));
+        assert_non_null(strstr(text, "device-pointer call bitwise equal to the host call: yes"));
+        assert_non_null(strstr(text, "sampled tokens:"));
+        char line[512];
+        rewind(csv);
+        while (fgets(line, sizeof line, csv)) {
+            rows++;
+            if (strstr(line, ",gate GEMM,")) {
+                gate_rows++;
+                assert_non_null(strstr(line, ",2000.000,")); /* stage 1: 2 ms */
+            }
+        }
+        fclose(out);
+        fclose(csv);
+        assert_int_equal(passes, 3);
+        assert_int_equal(rows, n_variants * 3 * LAB_STAGE_COUNT);
+        assert_int_equal(gate_rows, n_variants * 3);
+        if (n_variants == 1) {
+            if (rc != 0) fail_msg("exit %d: %s", rc, text);
+            assert_int_equal(fails, 0);
+            assert_non_null(strstr(text, "all checks passed"));
+        } else {
+            assert_int_equal(rc, 1);
+            assert_int_equal(fails, 3);
+            assert_non_null(strstr(text, "lab: FAILED"));
+        }
+    }
+}
+
 /* The picture from a CSV alone: the fixture's (made-up numbers, never a measurement) gives one
  * PNG per (shape, variant). */
 static void test_plot_from_fixture(void **state) {
@@ -316,7 +404,8 @@ int main(void) {
         cmocka_unit_test(test_variants_from_registry), cmocka_unit_test(test_token_lists),
         cmocka_unit_test(test_shapes_and_cases),       cmocka_unit_test(test_stage_table),
         cmocka_unit_test(test_csv_row),                cmocka_unit_test(test_command_skips_without_gpu),
-        cmocka_unit_test(test_command_usage),          cmocka_unit_test(test_small_on_gpu),
+        cmocka_unit_test(test_command_usage),          cmocka_unit_test(test_whole_run_on_host_timer),
+        cmocka_unit_test(test_small_on_gpu),
         cmocka_unit_test(test_plot_from_fixture),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
