@@ -57,7 +57,7 @@ double lab_floor_s(const lab_stage *s) { return fmax(s->bytes / LAB_COPY_BW, s->
 void lab_csv_row(FILE *f, const char *shape, const char *variant, int T, const lab_stage *s,
                  double median_us) {
     const double floor_us = lab_floor_s(s) * 1e6, secs = median_us * 1e-6;
-    fprintf(f, "%s,%s,%d,%s,%.0f,%.0f,%.3f,%.3f,%.1f,%.3f,%.3f\n", shape, variant, T, s->name,
+    fprintf(f, "%s,%s,%d,%s,%.0f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f\n", shape, variant, T, s->name,
             s->bytes, s->flops, median_us, floor_us, secs > 0 ? s->bytes / secs * 1e-9 : 0.0,
             secs > 0 ? s->flops / secs * 1e-12 : 0.0, floor_us > 0 ? median_us / floor_us : 0.0);
 }

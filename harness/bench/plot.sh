@@ -28,12 +28,14 @@ awk -F, -v dir="$work" '
         print $3, $9, $10 > f
     }' "$csv"
 [ -s "$work/pairs" ] || { echo "plot.sh: no rows in $csv" >&2; exit 1; }
-# A stage keeps its colour in both panels; the whole layer and the host's call stand out.
+# A stage keeps its colour in both panels (past 8 stages, dashed); the whole layer and the two
+# calls' host clocks stand out.
 style() {
     case "$2" in
     "layer on device") echo "linespoints lw 3 lc rgb 'black'" ;;
     "forward call") echo "linespoints lw 2 dt 3 lc rgb 'gray40'" ;;
-    *) echo "linespoints lw 1 lc $1 pt $1" ;;
+    "device-pointer call") echo "linespoints lw 2 dt 2 lc rgb 'dark-cyan'" ;;
+    *) echo "linespoints lw 1 lc $1 pt $1 dt $((($1 - 1) / 8 + 1))" ;; # gnuplot has 8 colours
     esac
 }
 # The plot clauses of pair N's stages for data column COL (2: GB/s, 3: TFLOP/s), T ascending; a
