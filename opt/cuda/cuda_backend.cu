@@ -568,12 +568,8 @@ moe_status finish_download(cuda_state *s, int T, float *out, moe_error *err) {
 struct expert_kernels {
     const char *name;
     int tile_m;
-    moe_status (*gemm1)(cudaStream_t, const moe_cuda_experts *, int, int, const uint16_t *,
-                        const int32_t *, const int32_t *, const moe_cuda_tile *, const int32_t *,
-                        uint16_t *, moe_error *);
-    moe_status (*gemm2)(cudaStream_t, const moe_cuda_experts *, int, int, const uint16_t *,
-                        const int32_t *, const int32_t *, const moe_cuda_tile *, const int32_t *,
-                        float *, moe_error *);
+    moe_cuda_expert_gemm1_fn *gemm1;
+    moe_cuda_expert_gemm2_fn *gemm2;
 };
 
 const expert_kernels wmma_kernels = {"wmma", MOE_CUDA_TILE_M, moe_cuda_expert_gemm1,

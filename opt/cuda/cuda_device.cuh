@@ -44,6 +44,48 @@ __device__ __forceinline__ void fill_e2m1_table(float *lut) {
     }
 }
 
+/* Eight bf16 (one uint4, element 0 in the low half of .x) to fp32, exactly. */
+__device__ __forceinline__ void bf16x8_to_float(const uint4 &v, float *f) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+}
+
+/* What a weight-streaming expert kernel (GEMV, mma) reads and writes for one of the two GEMMs. */
+struct stream_args {
+    const uint16_t *a_src;  /* stage 1: x [T, D]; stage 2: h [T*K, IL] */
+    int a_row_div;          /* a source row = assignment / a_row_div (K for x, 1 for h) */
+    const uint8_t *w_mx;    /* [E, N, Kdim/2] */
+    const uint8_t *w_scale; /* [E, N, Kdim/32] */
+    int N, Kdim, T;         /* N weight rows: 2*IL (g/u interleaved) or D */
+    const int32_t *counts;  /* [E] */
+    const int32_t *perm;    /* [E, T] */
+    const moe_cuda_tile *tiles;
+    const int32_t *n_tiles;
+    uint16_t *h_out;        /* stage 1: [T*K, N/2] */
+    float *y_out;           /* stage 2: [T*K, N] */
+};
+
+/* GEMM1 (x -> h through w13) and GEMM2 (h -> y through w2) as stream_args. */
+inline stream_args stream_args_gemm1(const moe_cuda_experts *ex, int T, int K, const uint16_t *x,
+                                     const int32_t *counts, const int32_t *perm,
+                                     const moe_cuda_tile *tiles, const int32_t *n_tiles,
+                                     uint16_t *h) {
+    stream_args p = {x, K, ex->w13_mx, ex->w13_scale, 2 * ex->IL, ex->D, T, counts, perm, tiles,
+                     n_tiles, h, NULL};
+    return p;
+}
+inline stream_args stream_args_gemm2(const moe_cuda_experts *ex, int T, const uint16_t *h,
+                                     const int32_t *counts, const int32_t *perm,
+                                     const moe_cuda_tile *tiles, const int32_t *n_tiles, float *y) {
+    stream_args p = {h, 1, ex->w2_mx, ex->w2_scale, ex->D, ex->IL, T, counts, perm, tiles, n_tiles,
+                     NULL, y};
+    return p;
+}
+
 /* A tile's grouped assignment rows (at most max_rows) into row_src, -1 past the group's end,
  * written by threads 0..max_rows-1 (sync before use); returns how many are real. */
 __device__ __forceinline__ int tile_rows(const moe_cuda_tile &tile, const int32_t *counts,

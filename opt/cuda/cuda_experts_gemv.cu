@@ -37,32 +37,9 @@
 
 namespace {
 
-struct gemv_args {
-    const uint16_t *a_src;  /* stage 1: x [T, D]; stage 2: h [T*K, IL] */
-    int a_row_div;          /* a source row = assignment / a_row_div (K for x, 1 for h) */
-    const uint8_t *w_mx;    /* [E, N, Kdim/2] */
-    const uint8_t *w_scale; /* [E, N, Kdim/32] */
-    int N, Kdim, T;
-    const int32_t *counts;  /* [E] */
-    const int32_t *perm;    /* [E, T] */
-    const moe_cuda_tile *tiles;
-    const int32_t *n_tiles;
-    uint16_t *h_out;        /* stage 1: [T*K, N/2] */
-    float *y_out;           /* stage 2: [T*K, N] */
-};
 
 __device__ __forceinline__ uint32_t word_of(const uint4 &v, int j) {
     return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
-}
-
-/* Eight bf16 (one uint4) to fp32. */
-__device__ __forceinline__ void unpack8(const uint4 &v, float *f) {
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        f[2 * i] = __uint_as_float(w[i] << 16);
-        f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-    }
 }
 
 /* 32 values of two weight rows (codes c0, c1 with scales s0, s1) against the rows' tokens:
@@ -83,7 +60,7 @@ __device__ __forceinline__ void chunk_dot(const uint4 &c0, const uint4 &c1, floa
         for (int m = 0; m < GEMV_M; m++) {
             if (m >= rows) break;
             float a[8];
-            unpack8(__ldg(reinterpret_cast<const uint4 *>(a_rows[m] + col + 8 * j)), a);
+            bf16x8_to_float(__ldg(reinterpret_cast<const uint4 *>(a_rows[m] + col + 8 * j)), a);
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 acc[0][m] = fmaf(v0[i], a[i], acc[0][m]);
@@ -94,7 +71,7 @@ __device__ __forceinline__ void chunk_dot(const uint4 &c0, const uint4 &c1, floa
 }
 
 template <int STAGE>
-__global__ void __launch_bounds__(GEMV_THREADS) expert_gemv_kernel(gemv_args p) {
+__global__ void __launch_bounds__(GEMV_THREADS) expert_gemv_kernel(stream_args p) {
     __shared__ float lut[16];
     __shared__ int row_src[GEMV_M];
     if ((int)blockIdx.x >= *p.n_tiles) return;
@@ -162,7 +139,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) expert_gemv_kernel(gemv_args p) 
 
 template <int STAGE>
 moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
-                  const gemv_args &p, moe_error *err) {
+                  const stream_args &p, moe_error *err) {
     if (T == 0 || ex->E == 0) return MOE_OK;
     if (!ex->mxfp4)
         return moe_fail(err, MOE_ERR_UNSUPPORTED, "cuda: the GEMV expert kernels read MXFP4 only");
@@ -182,8 +159,7 @@ moe_status moe_cuda_expert_gemv1(cudaStream_t stream, const moe_cuda_experts *ex
                                  const uint16_t *x, const int32_t *counts, const int32_t *perm,
                                  const moe_cuda_tile *tiles, const int32_t *n_tiles,
                                  uint16_t *h, moe_error *err) {
-    gemv_args p = {x, K, ex->w13_mx, ex->w13_scale, 2 * ex->IL, ex->D, T, counts, perm, tiles,
-                   n_tiles, h, NULL};
+    const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);
     return launch<1>(stream, ex, T, K, p, err);
 }
 
@@ -191,7 +167,6 @@ moe_status moe_cuda_expert_gemv2(cudaStream_t stream, const moe_cuda_experts *ex
                                  const uint16_t *h, const int32_t *counts, const int32_t *perm,
                                  const moe_cuda_tile *tiles, const int32_t *n_tiles, float *y,
                                  moe_error *err) {
-    gemv_args p = {h, 1, ex->w2_mx, ex->w2_scale, ex->D, ex->IL, T, counts, perm, tiles, n_tiles,
-                   NULL, y};
+    const stream_args p = stream_args_gemm2(ex, T, h, counts, perm, tiles, n_tiles, y);
     return launch<2>(stream, ex, T, K, p, err);
 }

@@ -46,19 +46,6 @@
 
 namespace {
 
-struct mma_args {
-    const uint16_t *a_src;  /* stage 1: x [T, D]; stage 2: h [T*K, IL] */
-    int a_row_div;          /* a source row = assignment / a_row_div (K for x, 1 for h) */
-    const uint8_t *w_mx;    /* [E, N, Kdim/2] */
-    const uint8_t *w_scale; /* [E, N, Kdim/32] */
-    int N, Kdim, T;         /* N weight rows (2*IL interleaved g/u, or D) */
-    const int32_t *counts;  /* [E] */
-    const int32_t *perm;    /* [E, T] */
-    const moe_cuda_tile *tiles;
-    const int32_t *n_tiles;
-    uint16_t *h_out;        /* stage 1: [T*K, N/2] */
-    float *y_out;           /* stage 2: [T*K, N] */
-};
 
 /* Eight E2M1 codes (element 2i in the low nibble of byte i) to four bf16 pairs, unscaled:
  * pair j holds codes 2j (low half) and 2j+1. Magnitudes through byte-permute tables of the
@@ -100,7 +87,7 @@ template <int TILES, int NT> struct block_regs {
 /* NT token tiles of 8 (a block's tile holds up to 8 * NT grouped assignment rows), TILES
  * weight tiles of 16 rows a warp, U blocks' loads in flight (U <= 4). */
 template <int STAGE, int NT, int TILES, int U>
-__global__ void __launch_bounds__(MMA_THREADS, NT == 1 ? 3 : 2) expert_mma_kernel(mma_args p) {
+__global__ void __launch_bounds__(MMA_THREADS, NT == 1 ? 3 : 2) expert_mma_kernel(stream_args p) {
     __shared__ int row_src[8 * NT];
     __shared__ float partial[MMA_KSPLIT][TILES][NT][32][4];
     if ((int)blockIdx.x >= *p.n_tiles) return;
@@ -246,7 +233,7 @@ __global__ void __launch_bounds__(MMA_THREADS, NT == 1 ? 3 : 2) expert_mma_kerne
 
 template <int STAGE, int NT, int TILES, int U>
 moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
-                  const mma_args &p, moe_error *err) {
+                  const stream_args &p, moe_error *err) {
     if (T == 0 || ex->E == 0) return MOE_OK;
     if (!ex->mxfp4)
         return moe_fail(err, MOE_ERR_UNSUPPORTED, "cuda: the mma expert kernels read MXFP4 only");
@@ -270,8 +257,7 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
                                             const int32_t *counts, const int32_t *perm,           \
                                             const moe_cuda_tile *tiles, const int32_t *n_tiles,   \
                                             uint16_t *h, moe_error *err) {                        \
-        mma_args p = {x, K, ex->w13_mx, ex->w13_scale, 2 * ex->IL, ex->D, T, counts, perm,        \
-                      tiles, n_tiles, h, NULL};                                                   \
+        const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);    \
         return launch<1, NT, TILES, U>(stream, ex, T, K, p, err);                                           \
     }                                                                                             \
     moe_status moe_cuda_expert_mma2##SUFFIX(cudaStream_t stream, const moe_cuda_experts *ex,      \
@@ -279,8 +265,7 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
                                             const int32_t *counts, const int32_t *perm,           \
                                             const moe_cuda_tile *tiles, const int32_t *n_tiles,   \
                                             float *y, moe_error *err) {                           \
-        mma_args p = {h, 1, ex->w2_mx, ex->w2_scale, ex->D, ex->IL, T, counts, perm, tiles,       \
-                      n_tiles, NULL, y};                                                          \
+        const stream_args p = stream_args_gemm2(ex, T, h, counts, perm, tiles, n_tiles, y);       \
         return launch<2, NT, TILES, U>(stream, ex, T, K, p, err);                                           \
     }
 

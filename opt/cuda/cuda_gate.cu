@@ -11,22 +11,13 @@
  *   - for T <= MOE_CUDA_GATE_SMALL_MAX_T and D a multiple of 8 (16-byte rows); other calls
  *     take cuBLASLt.
  */
-#include "cuda_internal.h"
+#include "cuda_device.cuh"
 
 #include <stdint.h>
 
 #define GATE_THREADS 128
 
 namespace {
-
-__device__ __forceinline__ void bf16x8_to_float(const uint4 &v, float *f) {
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        f[2 * i] = __uint_as_float(w[i] << 16);
-        f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-    }
-}
 
 /* x [T, D] bf16, w [G, D] bf16 -> logits [T, G] fp32; T <= MOE_CUDA_GATE_SMALL_MAX_T. */
 __global__ void __launch_bounds__(GATE_THREADS) gate_small_kernel(int T, int D, int G,

@@ -138,45 +138,30 @@ typedef struct {
     bool nvfp4;               /* NVFP4 (grouped tensor-core GEMMs) */
 } moe_cuda_experts;
 
-/* GEMM1 + SwiGLU: x [T, D] bf16 -> h [T*K, IL] bf16 for every grouped assignment. */
-moe_status moe_cuda_expert_gemm1(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
-                                 const uint16_t *x, const int32_t *counts, const int32_t *perm,
-                                 const moe_cuda_tile *tiles, const int32_t *n_tiles,
-                                 uint16_t *h, moe_error *err);
-
-/* GEMM2: h [T*K, IL] bf16 -> y [T*K, D] fp32 for every grouped assignment. */
-moe_status moe_cuda_expert_gemm2(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
-                                 const uint16_t *h, const int32_t *counts, const int32_t *perm,
-                                 const moe_cuda_tile *tiles, const int32_t *n_tiles, float *y,
-                                 moe_error *err);
-
-/* The same two GEMMs as weight-streaming kernels (cuda_experts_gemv.cu), MXFP4 experts only,
- * on a tile table of MOE_CUDA_GEMV_M rows a tile. Same arguments and results. */
-moe_status moe_cuda_expert_gemv1(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
-                                 const uint16_t *x, const int32_t *counts, const int32_t *perm,
-                                 const moe_cuda_tile *tiles, const int32_t *n_tiles,
-                                 uint16_t *h, moe_error *err);
-moe_status moe_cuda_expert_gemv2(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
-                                 const uint16_t *h, const int32_t *counts, const int32_t *perm,
-                                 const moe_cuda_tile *tiles, const int32_t *n_tiles, float *y,
-                                 moe_error *err);
-
-/* The same two GEMMs with register-decoded weights on mma.sync (cuda_experts_mma.cu), MXFP4
- * experts only, on a tile table of MOE_CUDA_GEMV_M (mma1/2) or twice as many (_m16) rows a
- * tile. Same arguments and results. */
-#define MOE_CUDA_MMA_DECLARE(SUFFIX)                                                              \
-    moe_status moe_cuda_expert_mma1##SUFFIX(cudaStream_t stream, const moe_cuda_experts *ex,      \
-                                            int T, int K, const uint16_t *x,                      \
-                                            const int32_t *counts, const int32_t *perm,           \
-                                            const moe_cuda_tile *tiles, const int32_t *n_tiles,   \
-                                            uint16_t *h, moe_error *err);                         \
-    moe_status moe_cuda_expert_mma2##SUFFIX(cudaStream_t stream, const moe_cuda_experts *ex,      \
-                                            int T, int K, const uint16_t *h,                      \
-                                            const int32_t *counts, const int32_t *perm,           \
-                                            const moe_cuda_tile *tiles, const int32_t *n_tiles,   \
+/* The launchers of the routed experts' two grouped GEMMs, one signature for every kind:
+ * GEMM1 + SwiGLU: x [T, D] bf16 -> h [T*K, IL] bf16 for every grouped assignment;
+ * GEMM2: h [T*K, IL] bf16 -> y [T*K, D] fp32 for every grouped assignment. */
+typedef moe_status moe_cuda_expert_gemm1_fn(cudaStream_t stream, const moe_cuda_experts *ex,
+                                            int T, int K, const uint16_t *x,
+                                            const int32_t *counts, const int32_t *perm,
+                                            const moe_cuda_tile *tiles, const int32_t *n_tiles,
+                                            uint16_t *h, moe_error *err);
+typedef moe_status moe_cuda_expert_gemm2_fn(cudaStream_t stream, const moe_cuda_experts *ex,
+                                            int T, int K, const uint16_t *h,
+                                            const int32_t *counts, const int32_t *perm,
+                                            const moe_cuda_tile *tiles, const int32_t *n_tiles,
                                             float *y, moe_error *err);
-MOE_CUDA_MMA_DECLARE()
-MOE_CUDA_MMA_DECLARE(_m16)
+
+/* Tensor-core (wmma) kernels, every format, tiles of MOE_CUDA_TILE_M rows (cuda_experts.cu). */
+moe_cuda_expert_gemm1_fn moe_cuda_expert_gemm1;
+moe_cuda_expert_gemm2_fn moe_cuda_expert_gemm2;
+/* Weight-streaming kernels, MXFP4 only, tiles of MOE_CUDA_GEMV_M rows (cuda_experts_gemv.cu). */
+moe_cuda_expert_gemm1_fn moe_cuda_expert_gemv1;
+moe_cuda_expert_gemm2_fn moe_cuda_expert_gemv2;
+/* Register-decoded weights on mma.sync, MXFP4 only (cuda_experts_mma.cu): tiles of
+ * MOE_CUDA_GEMV_M rows (mma1/2) or twice as many (_m16). */
+moe_cuda_expert_gemm1_fn moe_cuda_expert_mma1, moe_cuda_expert_mma1_m16;
+moe_cuda_expert_gemm2_fn moe_cuda_expert_mma2, moe_cuda_expert_mma2_m16;
 
 /* ---------------------------------------------------------------- elementwise (cuda_elementwise.cu) */
 
