@@ -4,7 +4,8 @@
  *
  * Rules:
  *   - every mutant (harness/mutants.c) is hunted with smoke cases, within an equal share of
- *     --seconds and at most --max-cases cases (default 1000): once with every stage compared,
+ *     --seconds and at most --max-cases cases (default 1000), but never fewer than
+ *     FUZZ_HUNT_MIN_CASES cases whatever the load (fuzz.h): once with every stage compared,
  *     once judging its output alone (a path that fills no stage is protected only by that);
  *   - a mutant that survives either hunt fails the selftest, and so does the control mutant
  *     (no bug) if it is ever caught;

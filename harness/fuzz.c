@@ -350,7 +350,8 @@ long fuzz_hunt(const moe_backend *be, const fuzz_suite *s, uint64_t seed, long m
     fuzz_targets tg = {cands, 1, false, 1, (flags & FUZZ_HUNT_OUTPUT_ONLY) != 0, NULL, (flags & FUZZ_HUNT_ENGINE) != 0};
     double t0 = fuzz_now();
     long counted = 0;
-    for (long i = 0; counted < max_cases && fuzz_now() - t0 < max_seconds; i++) {
+    for (long i = 0; counted < max_cases && (counted < FUZZ_HUNT_MIN_CASES || fuzz_now() - t0 < max_seconds);
+         i++) {
         fuzz_case c = fuzz_suite_case(s, seed, i);
         if (fuzz_run_case(&c, &tg, res, NULL)) continue;
         bool ran = false;

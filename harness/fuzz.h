@@ -91,8 +91,11 @@ double fuzz_now(void);
  * contract only (true and false still mean output-only or not).
  * Cases the backend declines on every path are not counted. Returns the number of cases it
  * took, or -1 if none failed within max_cases counted cases or max_seconds; on success
- * *caught and *res describe the catching case. */
+ * *caught and *res describe the catching case. The time box ends a hunt only after
+ * FUZZ_HUNT_MIN_CASES counted cases (or max_cases, if fewer): with a time box alone, the
+ * verdict on a mutant that needs a few dozen cases depended on the machine's load. */
 enum { FUZZ_HUNT_OUTPUT_ONLY = 1u, FUZZ_HUNT_ENGINE = 2u };
+#define FUZZ_HUNT_MIN_CASES 64
 long fuzz_hunt(const moe_backend *be, const fuzz_suite *s, uint64_t seed, long max_cases,
                double max_seconds, unsigned flags, fuzz_case *caught, fuzz_case_result *res);
 

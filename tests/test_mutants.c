@@ -5,7 +5,8 @@
  *
  * Rules checked: each mutant is caught within 200 smoke cases it supports (seed 1), with every
  * stage compared and again on its output alone (a path that fills no stage relies on that);
- * the control passes 40 cases.
+ * the control passes 40 cases; a time box never ends a hunt before FUZZ_HUNT_MIN_CASES cases
+ * (routed_only_max needs 29 at seed 1: it is caught with no time at all).
  */
 #include "test_support.h"
 
@@ -44,6 +45,18 @@ static void test_control_never_caught(void **state) {
     }
 }
 
+static void test_time_box_keeps_the_minimum_cases(void **state) {
+    (void)state;
+    const moe_backend *m = moe_mutant_find("routed_only_max");
+    assert_non_null(m);
+    fuzz_case caught;
+    fuzz_case_result res;
+    const long took = fuzz_hunt(m, &smoke, 1, 200, 0.0, false, &caught, &res);
+    if (took < 0) fail_msg("%s survived a zero time box: the hunt stopped before %d cases", m->name,
+                           FUZZ_HUNT_MIN_CASES);
+    assert_true(took > 1 && took <= FUZZ_HUNT_MIN_CASES);
+}
+
 #define MUTANT_TEST(i) cmocka_unit_test_prestate(test_mutant_caught, (void *)(intptr_t)(i))
 
 int main(void) {
@@ -54,6 +67,7 @@ int main(void) {
         MUTANT_TEST(15), MUTANT_TEST(16), MUTANT_TEST(17), MUTANT_TEST(18), MUTANT_TEST(19),
         MUTANT_TEST(20), MUTANT_TEST(21), MUTANT_TEST(22), MUTANT_TEST(23),
         cmocka_unit_test(test_control_never_caught),
+        cmocka_unit_test(test_time_box_keeps_the_minimum_cases),
     };
     if (moe_mutant_count() != 24) {
         fprintf(stderr, "test_mutants: %d mutants, the table lists 24: update it\n", moe_mutant_count());
