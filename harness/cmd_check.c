@@ -99,11 +99,10 @@ static int judge(const check_args *a, int layer, const moe_config *cfg, const mo
     if (!st) st = moe_compare_runs(&cc, &reference, &candidate, NULL, NULL, &rep, err);
     int rc = 2;
     if (!st) {
-        printf("layer %d, T = %d: %s judged against the reference (%s contract)\nstages compared:", layer, T,
-               a->outputs, moe_cmp_precision_name(a->precision));
-        for (int s = 0; s < MOE_CMP_STAGE_COUNT; s++)
-            if (rep.stages_compared & (1u << s)) printf(" %s", moe_cmp_stage_name((moe_cmp_stage)s));
-        printf("\n  %-28s %s\n", candidate.name, rep.ok ? "PASS" : "FAIL");
+        printf("layer %d, T = %d: %s judged against the reference (%s contract)\n", layer, T, a->outputs,
+               moe_cmp_precision_name(a->precision));
+        moe_cmp_stages_print(stdout, &rep);
+        printf("  %-28s %s\n", candidate.name, rep.ok ? "PASS" : "FAIL");
         if (!rep.ok) moe_cmp_report_print(stdout, &rep);
         printf("%d passed, %d failed, 0 skipped\n", rep.ok, !rep.ok);
         rc = rep.ok ? 0 : 1;

@@ -80,10 +80,7 @@ static int judge(const diff_args *a, const moe_backend *candidate_path, const mo
         cli_fail("diff", "%s", err.msg);
     } else {
         printf("layer %d, T = %d: candidate %s, reference %s\n", li->layer, T, candidate.name, reference.name);
-        printf("stages compared:");
-        for (int s = 0; s < MOE_CMP_STAGE_COUNT; s++)
-            if (rep.stages_compared & (1u << s)) printf(" %s", moe_cmp_stage_name((moe_cmp_stage)s));
-        printf("\n");
+        moe_cmp_stages_print(stdout, &rep);
         moe_cmp_report_print(stdout, &rep);
         rc = rep.ok ? 0 : 1;
     }

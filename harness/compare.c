@@ -45,6 +45,13 @@ void moe_cmp_report_print(FILE *f, const moe_cmp_report *rep) {
     fprintf(f, "    error %.3g against tolerance %.3g\n", rep->err, rep->tol);
 }
 
+void moe_cmp_stages_print(FILE *f, const moe_cmp_report *rep) {
+    fprintf(f, "stages compared:");
+    for (int s = 0; s < MOE_CMP_STAGE_COUNT; s++)
+        if (rep->stages_compared & (1u << s)) fprintf(f, " %s", moe_cmp_stage_name((moe_cmp_stage)s));
+    fprintf(f, "\n");
+}
+
 /* ---------------------------------------------------------------- one stage of one run */
 
 typedef struct {

@@ -148,5 +148,7 @@ moe_status moe_check_against_ref(const moe_backend *backend, const moe_options *
 
 /* Writes the report as a few indented lines (the msg line first). */
 void moe_cmp_report_print(FILE *f, const moe_cmp_report *rep);
+/* Writes "stages compared: logits ids ..." (the stages the comparison judged) and a newline. */
+void moe_cmp_stages_print(FILE *f, const moe_cmp_report *rep);
 
 #endif /* INKLING_COMPARE_H */
