@@ -49,11 +49,16 @@ static int tiled_extent(moe_rng *rng, int unit, int n, bool partial) {
     return multiple_of_32(rng, (long)(n - 1) * unit + 1, (long)n * unit - 1);
 }
 
-/* A small layer around the aimed dimensions: at most 4 experts, 2 slots, 1 sink, 3 tokens. */
-static void keep_cheap(fuzz_case *c, moe_rng *rng) {
+/* Few experts around the aimed dimensions: at most 4 experts, 2 slots, 1 sink. */
+static void keep_experts_cheap(fuzz_case *c, moe_rng *rng) {
     c->cfg.R = moe_rng_int(rng, 1, 4);
     c->cfg.K = moe_rng_int(rng, 1, c->cfg.R < 2 ? c->cfg.R : 2);
     c->cfg.S = moe_rng_int(rng, 0, 1);
+}
+
+/* A small layer around the aimed dimensions: few experts and at most 3 tokens. */
+static void keep_cheap(fuzz_case *c, moe_rng *rng) {
+    keep_experts_cheap(c, rng);
     c->T = moe_rng_int(rng, 1, 3);
 }
 
@@ -102,6 +107,7 @@ static bool aim_tokens(fuzz_case *c, long v, moe_rng *rng) {
     c->T = (int)T;
     c->cfg.D = 32 * moe_rng_int(rng, 1, 2);
     c->cfg.I = 32 * moe_rng_int(rng, 1, 2);
+    if (T > 64) keep_experts_cheap(c, rng); /* cut-offs up to 512: T up to 1025 stays cheap */
     if (c->T == 0) c->features &= ~(unsigned)(FZ_NONFINITE | FZ_ALLHIT);
     return true;
 }
