@@ -16,7 +16,8 @@
 
 static const moe_backend *const all_backends[] = {&moe_backend_ref, &moe_backend_blas,
                                                   &moe_backend_cuda, &moe_backend_cuda_wmma,
-                                                  &moe_backend_cuda_gemv, &moe_backend_cuda_mma};
+                                                  &moe_backend_cuda_gemv, &moe_backend_cuda_mma,
+                                                  &moe_backend_cuda_wgmma};
 
 int moe_backend_count(void) { return (int)(sizeof all_backends / sizeof all_backends[0]); }
 

@@ -289,6 +289,7 @@ extern const moe_backend moe_backend_cuda;      /* expert kernels chosen by T */
 extern const moe_backend moe_backend_cuda_wmma; /* the same, tensor-core expert GEMMs forced */
 extern const moe_backend moe_backend_cuda_gemv; /* the same, GEMV expert kernels forced */
 extern const moe_backend moe_backend_cuda_mma;  /* the same, mma expert kernels forced */
+extern const moe_backend moe_backend_cuda_wgmma; /* the same, wgmma expert kernels forced */
 
 int moe_backend_count(void);
 const moe_backend *moe_backend_at(int i);

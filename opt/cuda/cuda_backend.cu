@@ -141,11 +141,13 @@ bool supports_variant(moe_cuda_variant variant, const moe_config *cfg, const moe
                                "memory, at most 200 kB", cfg->R, cfg->K, cfg->S);
         return false;
     }
-    if ((variant == MOE_CUDA_EXPERTS_GEMV || variant == MOE_CUDA_EXPERTS_MMA) &&
+    if ((variant == MOE_CUDA_EXPERTS_GEMV || variant == MOE_CUDA_EXPERTS_MMA ||
+         variant == MOE_CUDA_EXPERTS_WGMMA) &&
         cfg->routed_format != MOE_ROUTED_MXFP4) {
         snprintf(why, why_len, "the %s expert kernels read MXFP4 routed experts only; this "
                                "layer's are %s (use cuda or cuda-wmma)",
-                 variant == MOE_CUDA_EXPERTS_GEMV ? "GEMV" : "mma",
+                 variant == MOE_CUDA_EXPERTS_GEMV ? "GEMV"
+                 : variant == MOE_CUDA_EXPERTS_MMA ? "mma" : "wgmma",
                  moe_routed_format_get(cfg->routed_format)->name);
         return false;
     }
@@ -167,6 +169,10 @@ bool cuda_gemv_supports(const moe_config *cfg, const moe_split *split, const moe
 bool cuda_mma_supports(const moe_config *cfg, const moe_split *split, const moe_options *opt,
                        char *why, size_t why_len) {
     return supports_variant(MOE_CUDA_EXPERTS_MMA, cfg, split, opt, why, why_len);
+}
+bool cuda_wgmma_supports(const moe_config *cfg, const moe_split *split, const moe_options *opt,
+                         char *why, size_t why_len) {
+    return supports_variant(MOE_CUDA_EXPERTS_WGMMA, cfg, split, opt, why, why_len);
 }
 
 void free_workspace(cuda_state *s) {
@@ -195,6 +201,10 @@ void cuda_destroy(void *p) {
     cudaFree((void *)s->experts.w2_scale2);
     cudaFree((void *)s->experts.w13_bf16);
     cudaFree((void *)s->experts.w2_bf16);
+    cudaFree(s->experts.w13_wg);
+    cudaFree(s->experts.w13_wg_scale);
+    cudaFree(s->experts.w2_wg);
+    cudaFree(s->experts.w2_wg_scale);
     cudaFree(s->sink_w13);
     cudaFree(s->sink_w2);
     cudaFree(s->lt_ws_routed);
@@ -264,6 +274,11 @@ moe_status upload_weights(cuda_state *s, const moe_shard *sh, moe_error *err) {
         if (!st) st = upload((void **)&ex->w2_bf16, sh->w2_bf16, E * D * IL * 2, "w2 bf16", up, err);
     }
     if (!st) st = upload((void **)&s->sink_w13, sh->sink_w13, S * 2 * SIL * D * 2, "sink_w13", up, err);
+    if (st) return st;
+    /* the wgmma kernels read their own layout of the MXFP4 weights */
+    if (!st && ex->mxfp4 &&
+        (s->variant == MOE_CUDA_EXPERTS_AUTO || s->variant == MOE_CUDA_EXPERTS_WGMMA))
+        st = moe_cuda_wgmma_pack(up, ex, err);
     if (st) return st;
     if (S == 0 || SIL == 0) return landed(s, err);
     /* sink_w2 [S, D, SIL] -> [D, S*SIL]: column s*SIL + j of row d is sink s's W2[d, j]. */
@@ -354,6 +369,10 @@ moe_status cuda_gemv_create(const moe_shard *sh, const moe_options *opt, void **
 moe_status cuda_mma_create(const moe_shard *sh, const moe_options *opt, void **out,
                            moe_error *err) {
     return create_variant(MOE_CUDA_EXPERTS_MMA, sh, opt, out, err);
+}
+moe_status cuda_wgmma_create(const moe_shard *sh, const moe_options *opt, void **out,
+                             moe_error *err) {
+    return create_variant(MOE_CUDA_EXPERTS_WGMMA, sh, opt, out, err);
 }
 
 size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
@@ -580,6 +599,19 @@ const expert_kernels mma_kernels = {"mma", MOE_CUDA_GEMV_M, moe_cuda_expert_mma1
                                     moe_cuda_expert_mma2};
 const expert_kernels mma16_kernels = {"mma16", 2 * MOE_CUDA_GEMV_M, moe_cuda_expert_mma1_m16,
                                       moe_cuda_expert_mma2_m16};
+const expert_kernels wgmma_kernels[] = {
+    {"wgmma16", 16, moe_cuda_expert_wg1_16, moe_cuda_expert_wg2_16},
+    {"wgmma64", 64, moe_cuda_expert_wg1_64, moe_cuda_expert_wg2_64},
+    {"wgmma128", 128, moe_cuda_expert_wg1_128, moe_cuda_expert_wg2_128},
+};
+
+/* The wgmma tile (rows of one expert) for T tokens: about T * K / R rows an expert. */
+const expert_kernels *wgmma_for(const cuda_state *s, int T) {
+    const long rows_per_expert = (long)T * s->K / (s->R > 0 ? s->R : 1);
+    return rows_per_expert <= 16 ? &wgmma_kernels[0]
+           : rows_per_expert <= 64 ? &wgmma_kernels[1]
+                                   : &wgmma_kernels[2];
+}
 
 /* The variant's kernels for a call of T tokens. The thresholds are measured
  * (cuda_internal.h, docs/perf-cuda.md). */
@@ -589,6 +621,7 @@ const expert_kernels *expert_kernels_for(const cuda_state *s, int T) {
     case MOE_CUDA_EXPERTS_WMMA: return &wmma_kernels;
     case MOE_CUDA_EXPERTS_GEMV: return &gemv_kernels;
     case MOE_CUDA_EXPERTS_MMA: return mma;
+    case MOE_CUDA_EXPERTS_WGMMA: return wgmma_for(s, T);
     case MOE_CUDA_EXPERTS_AUTO: break;
     }
     return s->experts.mxfp4 && T <= MOE_CUDA_MMA_MAX_T ? mma : &wmma_kernels;
@@ -839,6 +872,18 @@ extern "C" const moe_backend moe_backend_cuda_mma = {
     cuda_available,
     cuda_mma_supports,
     cuda_mma_create,
+    cuda_forward,
+    cuda_route,
+    cuda_destroy,
+    moe_cuda_shape_hints,
+};
+
+extern "C" const moe_backend moe_backend_cuda_wgmma = {
+    "cuda-wgmma",
+    "CUDA path with the warpgroup-MMA (wgmma) expert kernels at every T (MXFP4 experts)",
+    cuda_available,
+    cuda_wgmma_supports,
+    cuda_wgmma_create,
     cuda_forward,
     cuda_route,
     cuda_destroy,

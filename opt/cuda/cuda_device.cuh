@@ -1,5 +1,5 @@
 /*
- * cuda_device.cuh: device helpers the expert kernels share (cuda_experts.cu, cuda_experts_gemv.cu).
+ * cuda_device.cuh: device helpers the expert kernels share (cuda_experts*.cu).
  *
  * Rules: the numeric conversions are exact where the contract says so (contract.md
  * [precision.decode]); bf16 rounding is round-to-nearest-even.
@@ -42,6 +42,26 @@ __device__ __forceinline__ void fill_e2m1_table(float *lut) {
         const float v = magnitude[threadIdx.x & 7u];
         lut[threadIdx.x] = (threadIdx.x & 8u) ? -v : v;
     }
+}
+
+/* Eight E2M1 codes (element 2i in the low nibble of byte i) to four bf16 pairs, unscaled:
+ * pair j holds codes 2j (low half) and 2j+1. Magnitudes through byte-permute tables of the
+ * eight bf16 patterns' low and high bytes; the sign bits are moved onto the high bytes. */
+__device__ __forceinline__ void e2m1x8_to_bf16x4(uint32_t w, uint32_t out[4]) {
+    const uint32_t lo_tab0 = 0xC0800000u, lo_tab1 = 0xC0804000u; /* 0 .5 1 1.5 | 2 3 4 6 */
+    const uint32_t hi_tab0 = 0x3F3F3F00u, hi_tab1 = 0x40404040u;
+    const uint32_t mag = w & 0x77777777u, mag_hi = mag >> 16;
+    const uint32_t w4 = w << 4; /* byte i's msb: the sign of code 2i; w's: code 2i+1 */
+    const uint32_t lo_a = __byte_perm(lo_tab0, lo_tab1, mag);
+    const uint32_t lo_b = __byte_perm(lo_tab0, lo_tab1, mag_hi);
+    const uint32_t hi_a = __byte_perm(hi_tab0, hi_tab1, mag) |
+                          (__byte_perm(w4, w, 0x5140) & 0x80808080u);
+    const uint32_t hi_b = __byte_perm(hi_tab0, hi_tab1, mag_hi) |
+                          (__byte_perm(w4, w, 0x7362) & 0x80808080u);
+    out[0] = __byte_perm(lo_a, hi_a, 0x5140);
+    out[1] = __byte_perm(lo_a, hi_a, 0x7362);
+    out[2] = __byte_perm(lo_b, hi_b, 0x5140);
+    out[3] = __byte_perm(lo_b, hi_b, 0x7362);
 }
 
 /* Eight bf16 (one uint4, element 0 in the low half of .x) to fp32, exactly. */

@@ -47,26 +47,6 @@
 namespace {
 
 
-/* Eight E2M1 codes (element 2i in the low nibble of byte i) to four bf16 pairs, unscaled:
- * pair j holds codes 2j (low half) and 2j+1. Magnitudes through byte-permute tables of the
- * eight bf16 patterns' low and high bytes; the sign bits are moved onto the high bytes. */
-__device__ __forceinline__ void e2m1x8_to_bf16x4(uint32_t w, uint32_t out[4]) {
-    const uint32_t lo_tab0 = 0xC0800000u, lo_tab1 = 0xC0804000u; /* 0 .5 1 1.5 | 2 3 4 6 */
-    const uint32_t hi_tab0 = 0x3F3F3F00u, hi_tab1 = 0x40404040u;
-    const uint32_t mag = w & 0x77777777u, mag_hi = mag >> 16;
-    const uint32_t w4 = w << 4; /* byte i's msb: the sign of code 2i; w's: code 2i+1 */
-    const uint32_t lo_a = __byte_perm(lo_tab0, lo_tab1, mag);
-    const uint32_t lo_b = __byte_perm(lo_tab0, lo_tab1, mag_hi);
-    const uint32_t hi_a = __byte_perm(hi_tab0, hi_tab1, mag) |
-                          (__byte_perm(w4, w, 0x5140) & 0x80808080u);
-    const uint32_t hi_b = __byte_perm(hi_tab0, hi_tab1, mag_hi) |
-                          (__byte_perm(w4, w, 0x7362) & 0x80808080u);
-    out[0] = __byte_perm(lo_a, hi_a, 0x5140);
-    out[1] = __byte_perm(lo_a, hi_a, 0x7362);
-    out[2] = __byte_perm(lo_b, hi_b, 0x5140);
-    out[3] = __byte_perm(lo_b, hi_b, 0x7362);
-}
-
 /* d = a (16 x 16 bf16, row) * b (16 x 8 bf16, col) + c, fp32. */
 __device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1,
                                          const float c[4]) {

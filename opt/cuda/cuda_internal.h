@@ -59,6 +59,7 @@ typedef enum {
     MOE_CUDA_EXPERTS_WMMA,
     MOE_CUDA_EXPERTS_GEMV,
     MOE_CUDA_EXPERTS_MMA,
+    MOE_CUDA_EXPERTS_WGMMA,
 } moe_cuda_variant;
 #define MOE_CUDA_MMA_NARROW_MAX_T 64
 #define MOE_CUDA_MMA_MAX_T 512
@@ -133,6 +134,8 @@ typedef struct {
     const float *w2_scale2;   /* [E] NVFP4 only */
     const uint16_t *w13_bf16; /* [E, 2*IL, D] */
     const uint16_t *w2_bf16;  /* [E, D, IL] */
+    /* MXFP4 re-laid out for the wgmma kernels by moe_cuda_wgmma_pack, or NULL */
+    uint8_t *w13_wg, *w13_wg_scale, *w2_wg, *w2_wg_scale;
     int E, D, IL;
     bool mxfp4;               /* MXFP4 (the GEMV kernels read only this one) */
     bool nvfp4;               /* NVFP4 (grouped tensor-core GEMMs) */
@@ -162,6 +165,13 @@ moe_cuda_expert_gemm2_fn moe_cuda_expert_gemv2;
  * MOE_CUDA_GEMV_M rows (mma1/2) or twice as many (_m16). */
 moe_cuda_expert_gemm1_fn moe_cuda_expert_mma1, moe_cuda_expert_mma1_m16;
 moe_cuda_expert_gemm2_fn moe_cuda_expert_mma2, moe_cuda_expert_mma2_m16;
+/* Warpgroup MMA (wgmma) on MXFP4 packed by moe_cuda_wgmma_pack (cuda_experts_wgmma.cu): tiles
+ * of 16, 64 or 128 rows (the suffix). */
+moe_cuda_expert_gemm1_fn moe_cuda_expert_wg1_16, moe_cuda_expert_wg1_64, moe_cuda_expert_wg1_128;
+moe_cuda_expert_gemm2_fn moe_cuda_expert_wg2_16, moe_cuda_expert_wg2_64, moe_cuda_expert_wg2_128;
+/* Allocates ex's w13_wg .. w2_wg_scale and fills them from its MXFP4 codes and scales on the
+ * stream (the caller frees them with cudaFree). */
+moe_status moe_cuda_wgmma_pack(cudaStream_t stream, moe_cuda_experts *ex, moe_error *err);
 
 /* ---------------------------------------------------------------- elementwise (cuda_elementwise.cu) */
 

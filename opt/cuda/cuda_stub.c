@@ -17,3 +17,5 @@ const moe_backend moe_backend_cuda_gemv = {"cuda-gemv", "CUDA path, GEMV experts
                                            stub_available, NULL, NULL, NULL, NULL, NULL, NULL};
 const moe_backend moe_backend_cuda_mma = {"cuda-mma", "CUDA path, mma experts (not built)",
                                           stub_available, NULL, NULL, NULL, NULL, NULL, NULL};
+const moe_backend moe_backend_cuda_wgmma = {"cuda-wgmma", "CUDA path, wgmma experts (not built)",
+                                            stub_available, NULL, NULL, NULL, NULL, NULL, NULL};

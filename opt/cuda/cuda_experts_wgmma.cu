@@ -1,0 +1,379 @@
+/*
+ * cuda_experts_wgmma.cu: the routed experts' two GEMMs on Hopper's warpgroup MMA (wgmma,
+ * sm_90a) for calls with many rows per expert (prefill). Same results contract as
+ * cuda_experts.cu (serving, contract.md [precision.serving]); MXFP4 only.
+ *
+ * Why: the wmma kernels (cuda_experts.cu) decode into shared memory and reach 70-95 TFLOP/s
+ * (docs/perf-cuda.md); the tensor cores of an H200 do about 780 on bf16 only through wgmma.
+ *
+ * Rules:
+ *   - a block computes WG_ROWS weight rows (two warpgroups of 64, warp w of the block owns
+ *     rows 16w .. 16w+15) by BN grouped assignment rows of one local expert (a tile of the
+ *     device tile table, built for BN rows); the weights are the A operand, in registers, and
+ *     the gathered activation rows the B operand, in shared memory, so BN can be as small as
+ *     the tokens an expert has (wgmma's n) while the weight rows stay 64 a warpgroup;
+ *   - create() re-lays the MXFP4 weights out once (wgmma_pack below): per 128-row tile and
+ *     64-value chunk of the reduction, 16 bytes per lane holding exactly the E2M1 codes of its
+ *     A fragments, and one scale word per row pair; rows past the matrix and values past Kdim
+ *     are zero codes with scale 1;
+ *   - a weight is decoded to bf16 in registers (byte permutes, cuda_device.cuh) and multiplied
+ *     by its E8M0 scale as a bf16 power of two: exact, as every E2M1 value times a power of two
+ *     in range is a bf16 (moe_shard_build refuses scales that overflow); products are exact
+ *     and summed in fp32 by the tensor cores in one fixed k order, so outputs depend on
+ *     nothing but their own row and column;
+ *   - weights, scales and activations move by cp.async through a WG_STAGES-deep ring of
+ *     shared-memory stages (activation rows past the tile or values past Kdim are zero-filled);
+ *     activations are stored in the 128-byte swizzle that the wgmma descriptor names;
+ *   - GEMM1's warp rows g and g + 8 are the gate and up rows of one intermediate channel, so
+ *     SwiGLU is cuda_experts.cu's epilogue in registers; GEMM2 writes y in fp32.
+ */
+#include "cuda_device.cuh"
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#define WG_ROWS 128   /* weight rows per block */
+#define WG_THREADS 256
+#define WG_KC 64      /* reduction values per stage */
+#define WG_A_BYTES (WG_ROWS * WG_KC / 2)       /* codes per stage: 4 kB */
+#define WG_S_BYTES (WG_ROWS / 16 * 8 * 4)      /* scale words per stage: 256 B */
+
+namespace {
+
+/* ---------------------------------------------------------------- the packed layout */
+
+/* Row tiles of WG_ROWS: GEMM1 packs 64 channels (their gate and up rows) a tile. */
+__host__ __device__ inline int wg_row_tiles(int stage, int N) {
+    return stage == 1 ? (N / 2 + 63) / 64 : (N + WG_ROWS - 1) / WG_ROWS;
+}
+__host__ __device__ inline int wg_chunks(int Kdim) { return (Kdim + WG_KC - 1) / WG_KC; }
+
+/* The source row of tile row r (0..WG_ROWS-1) of row tile rt, or -1 past the matrix:
+ * GEMM1 rows 16w + g and 16w + g + 8 are the gate (2c) and up (2c + 1) rows of channel
+ * c = 64 rt + 8 w + g; GEMM2 rows are output columns. */
+__host__ __device__ inline int wg_source_row(int stage, int N, int rt, int r) {
+    if (stage == 1) {
+        const int c = 64 * rt + 8 * (r / 16) + r % 8;
+        return c < N / 2 ? 2 * c + (r % 16) / 8 : -1;
+    }
+    const int row = WG_ROWS * rt + r;
+    return row < N ? row : -1;
+}
+
+/* One 32-bit word of lane (g, t) of warp w, k16 step s of chunk kc: bytes 0..3 hold the codes
+ * (k, k+1) of row g, of row g + 8, then (k+8, k+9) of row g and of row g + 8, k = 16 s + 2 t:
+ * the four registers of wgmma's A fragment. One thread a word. */
+__global__ void wgmma_pack_codes(int stage, int E, int N, int Kdim, const uint8_t *w_mx,
+                                 uint32_t *out) {
+    const int n_rt = wg_row_tiles(stage, N), n_kc = wg_chunks(Kdim);
+    const size_t words = (size_t)E * n_rt * n_kc * WG_ROWS / 16 * 32 * 4;
+    const size_t row_bytes = (size_t)Kdim / 2;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int s = (int)(i % 4), lane = (int)(i / 4 % 32), w = (int)(i / 128 % (WG_ROWS / 16));
+        const size_t rest = i / (128 * (WG_ROWS / 16));
+        const int kc = (int)(rest % n_kc), rt = (int)(rest / n_kc % n_rt), e = (int)(rest / n_kc / n_rt);
+        const int g = lane / 4, t = lane % 4;
+        uint32_t word = 0;
+        for (int b = 0; b < 4; b++) {
+            const int src = wg_source_row(stage, N, rt, 16 * w + g + 8 * (b & 1));
+            const int k = WG_KC * kc + 16 * s + 2 * t + 8 * (b >> 1);
+            if (src >= 0 && k < Kdim)
+                word |= (uint32_t)w_mx[((size_t)e * N + src) * row_bytes + k / 2] << (8 * b);
+        }
+        out[i] = word;
+    }
+}
+
+/* The scale word of row pair (g, g + 8) of warp w, chunk kc: bytes 0..3 the E8M0 of row g and
+ * of row g + 8 for block 2 kc, then for block 2 kc + 1 (127, one, past the matrix). */
+__global__ void wgmma_pack_scales(int stage, int E, int N, int Kdim, const uint8_t *w_scale,
+                                  uint32_t *out) {
+    const int n_rt = wg_row_tiles(stage, N), n_kc = wg_chunks(Kdim);
+    const size_t words = (size_t)E * n_rt * n_kc * WG_ROWS / 16 * 8;
+    const size_t row_scales = (size_t)Kdim / 32;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int g = (int)(i % 8), w = (int)(i / 8 % (WG_ROWS / 16));
+        const size_t rest = i / (8 * (WG_ROWS / 16));
+        const int kc = (int)(rest % n_kc), rt = (int)(rest / n_kc % n_rt), e = (int)(rest / n_kc / n_rt);
+        uint32_t word = 0;
+        for (int b = 0; b < 4; b++) {
+            const int src = wg_source_row(stage, N, rt, 16 * w + g + 8 * (b & 1));
+            const int blk = 2 * kc + (b >> 1);
+            const uint32_t e8 = src >= 0 && (size_t)blk < row_scales
+                                    ? w_scale[((size_t)e * N + src) * row_scales + blk]
+                                    : 127u;
+            word |= e8 << (8 * b);
+        }
+        out[i] = word;
+    }
+}
+
+/* ---------------------------------------------------------------- PTX wrappers */
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared, zero-filled when !valid (src is then not read). */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+/* cp.async writes are generic-proxy writes; wgmma reads shared memory through the async proxy. */
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
+/* Shared-memory matrix descriptor of a K-major tile with 128-byte rows in the 128-byte
+ * swizzle: 8-row groups 1024 bytes apart (the leading offset is unused in this mode). */
+__device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+/* d (64 x N fp32, wgmma's accumulator fragment) += a (64 x 16 bf16, registers) * b (16 x N
+ * bf16, shared memory, K-major). Operand lists written out per N. */
+template <int N> __device__ __forceinline__ void wgmma_bf16(float (&d)[N / 2], const uint32_t (&a)[4],
+                                                            uint64_t b_desc);
+template <> __device__ __forceinline__ void wgmma_bf16<16>(float (&d)[8], const uint32_t (&a)[4], uint64_t b_desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+                 "{"
+                 "%0,%1,%2,%3,%4,%5,%6,%7"
+                 "}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_bf16<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t b_desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                 "}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+
+/* ---------------------------------------------------------------- the kernel */
+
+/* 2^(e - 127) as a pair of bf16 (e = 0: the subnormal 2^-127), exactly. */
+__device__ __forceinline__ uint32_t e8m0_bf16x2(uint32_t e) {
+    const uint32_t bits = e == 0 ? 0x0040u : e << 7;
+    return bits | bits << 16;
+}
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+/* Bytes of one pipeline stage: BN activation rows of WG_KC bf16 (128 bytes, swizzled), then
+ * the block's codes and scale words; 1024-byte aligned, as the swizzle needs. */
+template <int BN> __host__ __device__ constexpr int wg_stage_bytes() {
+    return (BN * 128 + WG_A_BYTES + WG_S_BYTES + 1023) / 1024 * 1024;
+}
+template <int BN, int STAGES> __host__ __device__ constexpr int wg_smem_bytes() {
+    return STAGES * wg_stage_bytes<BN>() + 1024; /* + alignment of the dynamic base */
+}
+
+/* p.w_mx / p.w_scale are the packed codes and scale words; block b takes row tile
+ * b % n_rt of tile b / n_rt (the row tiles of one tile run side by side, sharing its
+ * activation rows in L2). */
+template <int STAGE, int BN, int STAGES>
+__global__ void __launch_bounds__(WG_THREADS) expert_wgmma_kernel(stream_args p) {
+    extern __shared__ uint8_t smem_raw[];
+    __shared__ int row_src[BN];
+    const int n_rt = wg_row_tiles(STAGE, p.N), n_kc = wg_chunks(p.Kdim);
+    const int rt = (int)(blockIdx.x % (unsigned)n_rt), tile_i = (int)(blockIdx.x / (unsigned)n_rt);
+    if (tile_i >= *p.n_tiles) return;
+    const moe_cuda_tile tile = p.tiles[tile_i];
+    const int rows = tile_rows(tile, p.counts, p.perm, p.T, BN, row_src);
+    __syncthreads();
+
+    constexpr int B_BYTES = BN * 128, STAGE_BYTES = wg_stage_bytes<BN>();
+    const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
+    const size_t chunk0 = ((size_t)tile.expert * n_rt + rt) * n_kc;
+    const uint8_t *codes = p.w_mx + chunk0 * WG_A_BYTES;
+    const uint8_t *scales = p.w_scale + chunk0 * WG_S_BYTES;
+
+    auto load_stage = [&](int kc) {
+        const uint32_t st = base + (uint32_t)((kc % STAGES) * STAGE_BYTES);
+        for (int idx = tid; idx < BN * 8; idx += WG_THREADS) {
+            const int r = idx / 8, c = idx % 8, k = kc * WG_KC + 8 * c;
+            const bool valid = r < rows && k < p.Kdim;
+            const uint16_t *src =
+                valid ? p.a_src + (size_t)(row_src[r] / p.a_row_div) * p.Kdim + k : p.a_src;
+            cp_async16(st + (uint32_t)(r * 128 + ((c ^ (r & 7)) * 16)), src, valid);
+        }
+        cp_async16(st + B_BYTES + tid * 16, codes + (size_t)kc * WG_A_BYTES + tid * 16, true);
+        if (tid < WG_S_BYTES / 16)
+            cp_async16(st + B_BYTES + WG_A_BYTES + tid * 16,
+                       scales + (size_t)kc * WG_S_BYTES + tid * 16, true);
+    };
+
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < n_kc) load_stage(s);
+        cp_async_commit();
+    }
+    for (int kc = 0; kc < n_kc; kc++) {
+        cp_async_wait<STAGES - 2>(); /* this thread's copies of stage kc have landed */
+        fence_proxy_async();
+        __syncthreads(); /* everyone's have; and every wgmma of stage kc - 1 is done */
+        if (kc + STAGES - 1 < n_kc) load_stage(kc + STAGES - 1);
+        cp_async_commit();
+
+        const uint32_t st = base + (uint32_t)((kc % STAGES) * STAGE_BYTES);
+        uint32_t w[4], sw;
+        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                     : "r"(st + B_BYTES + tid * 16)
+                     : "memory");
+        asm volatile("ld.shared.u32 %0, [%1];\n"
+                     : "=r"(sw)
+                     : "r"(st + B_BYTES + WG_A_BYTES + (warp * 8 + g) * 4)
+                     : "memory");
+        uint32_t a[4][4];
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            e2m1x8_to_bf16x4(w[s], a[s]);
+            const uint32_t scale_g = e8m0_bf16x2((sw >> (16 * (s / 2))) & 0xFFu);
+            const uint32_t scale_g8 = e8m0_bf16x2((sw >> (16 * (s / 2) + 8)) & 0xFFu);
+            a[s][0] = mul_bf16x2(a[s][0], scale_g);
+            a[s][1] = mul_bf16x2(a[s][1], scale_g8);
+            a[s][2] = mul_bf16x2(a[s][2], scale_g);
+            a[s][3] = mul_bf16x2(a[s][3], scale_g8);
+        }
+        wgmma_fence();
+        const uint64_t desc = smem_desc_sw128(st);
+#pragma unroll
+        for (int s = 0; s < 4; s++) wgmma_bf16<BN>(acc, a[s], desc + 2 * s); /* + 32 bytes a step */
+        wgmma_commit();
+        wgmma_wait_all();
+    }
+    cp_async_wait<0>();
+
+    /* acc[4j + e]: row g, column 8j + 2t + e; acc[4j + 2 + e]: row g + 8 */
+    const int t = lane % 4;
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int m = 8 * j + 2 * t + e;
+            if (m >= rows) continue;
+            const size_t a = (size_t)row_src[m];
+            if (STAGE == 1) {
+                const int c = 64 * rt + 8 * warp + g;
+                if (c < p.N / 2)
+                    p.h_out[a * (p.N / 2) + c] = swiglu_bits(acc[4 * j + e], acc[4 * j + 2 + e]);
+            } else {
+                const int r = WG_ROWS * rt + 16 * warp + g;
+                if (r < p.N) p.y_out[a * p.N + r] = acc[4 * j + e];
+                if (r + 8 < p.N) p.y_out[a * p.N + r + 8] = acc[4 * j + 2 + e];
+            }
+        }
+}
+
+template <int STAGE, int BN, int STAGES>
+moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K, stream_args p,
+                  const uint8_t *codes, const uint8_t *scales, moe_error *err) {
+    if (T == 0 || ex->E == 0) return MOE_OK;
+    if (!ex->mxfp4 || !codes || !scales)
+        return moe_fail(err, MOE_ERR_UNSUPPORTED,
+                        "cuda: the wgmma expert kernels read MXFP4 weights packed at create()");
+    p.w_mx = codes, p.w_scale = scales;
+    const long blocks = (long)wg_row_tiles(STAGE, p.N) * moe_cuda_tile_bound(T, K, ex->E, BN);
+    if (blocks > 0x7FFFFFFFL)
+        return moe_fail(err, MOE_ERR_UNSUPPORTED, "cuda: expert wgmma%d grid of %ld blocks too large",
+                        STAGE, blocks);
+    const int smem = wg_smem_bytes<BN, STAGES>();
+    CUDA_TRY(cudaFuncSetAttribute(expert_wgmma_kernel<STAGE, BN, STAGES>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    expert_wgmma_kernel<STAGE, BN, STAGES><<<(unsigned)blocks, WG_THREADS, smem, stream>>>(p);
+    LAUNCH_CHECK(STAGE == 1 ? "expert_wgmma_kernel<gemm1>" : "expert_wgmma_kernel<gemm2>");
+    return MOE_OK;
+}
+
+template <int STAGE>
+moe_status pack(cudaStream_t stream, int E, int N, int Kdim, const uint8_t *w_mx,
+                const uint8_t *w_scale, uint8_t **codes, uint8_t **scales, moe_error *err) {
+    const size_t chunks = (size_t)E * wg_row_tiles(STAGE, N) * wg_chunks(Kdim);
+    CUDA_TRY(cudaMalloc((void **)codes, chunks * WG_A_BYTES > 0 ? chunks * WG_A_BYTES : 1));
+    CUDA_TRY(cudaMalloc((void **)scales, chunks * WG_S_BYTES > 0 ? chunks * WG_S_BYTES : 1));
+    if (chunks == 0) return MOE_OK;
+    wgmma_pack_codes<<<1024, 256, 0, stream>>>(STAGE, E, N, Kdim, w_mx, (uint32_t *)*codes);
+    LAUNCH_CHECK("wgmma_pack_codes");
+    wgmma_pack_scales<<<256, 256, 0, stream>>>(STAGE, E, N, Kdim, w_scale, (uint32_t *)*scales);
+    LAUNCH_CHECK("wgmma_pack_scales");
+    return MOE_OK;
+}
+
+} // namespace
+
+moe_status moe_cuda_wgmma_pack(cudaStream_t stream, moe_cuda_experts *ex, moe_error *err) {
+    moe_status st = pack<1>(stream, ex->E, 2 * ex->IL, ex->D, ex->w13_mx, ex->w13_scale,
+                            &ex->w13_wg, &ex->w13_wg_scale, err);
+    if (!st)
+        st = pack<2>(stream, ex->E, ex->D, ex->IL, ex->w2_mx, ex->w2_scale, &ex->w2_wg,
+                     &ex->w2_wg_scale, err);
+    return st;
+}
+
+#define WGMMA_LAUNCHERS(BN, STAGES)                                                               \
+    moe_status moe_cuda_expert_wg1_##BN(cudaStream_t stream, const moe_cuda_experts *ex, int T,   \
+                                        int K, const uint16_t *x, const int32_t *counts,          \
+                                        const int32_t *perm, const moe_cuda_tile *tiles,          \
+                                        const int32_t *n_tiles, uint16_t *h, moe_error *err) {    \
+        const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);    \
+        return launch<1, BN, STAGES>(stream, ex, T, K, p, ex->w13_wg, ex->w13_wg_scale, err);     \
+    }                                                                                             \
+    moe_status moe_cuda_expert_wg2_##BN(cudaStream_t stream, const moe_cuda_experts *ex, int T,   \
+                                        int K, const uint16_t *h, const int32_t *counts,          \
+                                        const int32_t *perm, const moe_cuda_tile *tiles,          \
+                                        const int32_t *n_tiles, float *y, moe_error *err) {       \
+        const stream_args p = stream_args_gemm2(ex, T, h, counts, perm, tiles, n_tiles, y);       \
+        return launch<2, BN, STAGES>(stream, ex, T, K, p, ex->w2_wg, ex->w2_wg_scale, err);       \
+    }
+
+WGMMA_LAUNCHERS(16, 6)
+WGMMA_LAUNCHERS(64, 5)
+WGMMA_LAUNCHERS(128, 4)
