@@ -601,15 +601,18 @@ const expert_kernels mma16_kernels = {"mma16", 2 * MOE_CUDA_GEMV_M, moe_cuda_exp
                                       moe_cuda_expert_mma2_m16};
 const expert_kernels wgmma_kernels[] = {
     {"wgmma16", 16, moe_cuda_expert_wg1_16, moe_cuda_expert_wg2_16},
-    {"wgmma64", 64, moe_cuda_expert_wg1_64, moe_cuda_expert_wg2_64},
+    {"wgmma32", 32, moe_cuda_expert_wg1_32, moe_cuda_expert_wg2_32},
     {"wgmma128", 128, moe_cuda_expert_wg1_128, moe_cuda_expert_wg2_128},
 };
 
-/* The wgmma tile (rows of one expert) for T tokens: about T * K / R rows an expert. */
+/* The wgmma tile (rows of one expert) for T tokens, from the T * K / R rows an expert has on
+ * average. Measured (docs/device-notes.md): 16 at T = 64 (1.5 rows an expert), 32 at T = 512
+ * (12 rows; 2196 against 2500 us with 16), 128 at T = 4096 (96 rows; 6313 against 7196 with
+ * 64 and 8748 with 32). */
 const expert_kernels *wgmma_for(const cuda_state *s, int T) {
     const long rows_per_expert = (long)T * s->K / (s->R > 0 ? s->R : 1);
-    return rows_per_expert <= 16 ? &wgmma_kernels[0]
-           : rows_per_expert <= 64 ? &wgmma_kernels[1]
+    return rows_per_expert <= 4    ? &wgmma_kernels[0]
+           : rows_per_expert <= 32 ? &wgmma_kernels[1]
                                    : &wgmma_kernels[2];
 }
 
@@ -624,7 +627,8 @@ const expert_kernels *expert_kernels_for(const cuda_state *s, int T) {
     case MOE_CUDA_EXPERTS_WGMMA: return wgmma_for(s, T);
     case MOE_CUDA_EXPERTS_AUTO: break;
     }
-    return s->experts.mxfp4 && T <= MOE_CUDA_MMA_MAX_T ? mma : &wmma_kernels;
+    if (!s->experts.mxfp4) return &wmma_kernels;
+    return T <= MOE_CUDA_MMA_MAX_T ? mma : wgmma_for(s, T);
 }
 
 /* The layer on the routed stream (the sinks forked off and joined), from x [T, D] bf16 on the

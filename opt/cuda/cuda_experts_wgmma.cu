@@ -136,6 +136,9 @@ __device__ __forceinline__ void wgmma_commit() {
 __device__ __forceinline__ void wgmma_wait_all() {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
+__device__ __forceinline__ void wgmma_wait_one() {
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
 
 /* Shared-memory matrix descriptor of a K-major tile with 128-byte rows in the 128-byte
  * swizzle: 8-row groups 1024 bytes apart (the leading offset is unused in this mode). */
@@ -156,17 +159,14 @@ template <> __device__ __forceinline__ void wgmma_bf16<16>(float (&d)[8], const 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
 }
-template <> __device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+template <> __device__ __forceinline__ void wgmma_bf16<32>(float (&d)[16], const uint32_t (&a)[4], uint64_t b_desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
                  "{"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-                 "}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+                 "}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
 }
 template <> __device__ __forceinline__ void wgmma_bf16<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t b_desc) {
@@ -203,76 +203,80 @@ __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
 }
 
 /* Bytes of one pipeline stage: BN activation rows of WG_KC bf16 (128 bytes, swizzled), then
- * the block's codes and scale words; 1024-byte aligned, as the swizzle needs. */
-template <int BN> __host__ __device__ constexpr int wg_stage_bytes() {
-    return (BN * 128 + WG_A_BYTES + WG_S_BYTES + 1023) / 1024 * 1024;
+ * the codes and scale words of RT row tiles; 1024-byte aligned, as the swizzle needs. */
+template <int BN, int RT> __host__ __device__ constexpr int wg_stage_bytes() {
+    return (BN * 128 + RT * (WG_A_BYTES + WG_S_BYTES) + 1023) / 1024 * 1024;
 }
-template <int BN, int STAGES> __host__ __device__ constexpr int wg_smem_bytes() {
-    return STAGES * wg_stage_bytes<BN>() + 1024; /* + alignment of the dynamic base */
+template <int BN, int RT, int STAGES> __host__ __device__ constexpr int wg_smem_bytes() {
+    return STAGES * wg_stage_bytes<BN, RT>() + 1024; /* + alignment of the dynamic base */
 }
 
-/* p.w_mx / p.w_scale are the packed codes and scale words; block b takes row tile
- * b % n_rt of tile b / n_rt (the row tiles of one tile run side by side, sharing its
- * activation rows in L2). */
-template <int STAGE, int BN, int STAGES>
-__global__ void __launch_bounds__(WG_THREADS) expert_wgmma_kernel(stream_args p) {
+/* Keeps v in its registers here (an in-flight wgmma may still read them). */
+__device__ __forceinline__ void keep_regs(uint32_t (&a)[4][4]) {
+#pragma unroll
+    for (int s = 0; s < 4; s++)
+        asm volatile("" : "+r"(a[s][0]), "+r"(a[s][1]), "+r"(a[s][2]), "+r"(a[s][3])::"memory");
+}
+
+/* RT row tiles of WG_ROWS (2 RT warpgroups) by BN rows of one tile. p.w_mx / p.w_scale are the
+ * packed codes and scale words; block b takes row tiles RT (b % n_rtb) .. of tile b / n_rtb (the
+ * row tiles of one tile run side by side, sharing its activation rows in L2). PIPE: the next
+ * stage's weights are decoded while the tensor cores still run this one's (two register sets,
+ * wgmma.wait_group 1), else each stage waits for its products. */
+template <int STAGE, int BN, int STAGES, int RT, bool PIPE>
+__global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_args p) {
     extern __shared__ uint8_t smem_raw[];
-    __shared__ int row_src[BN];
-    const int n_rt = wg_row_tiles(STAGE, p.N), n_kc = wg_chunks(p.Kdim);
-    const int rt = (int)(blockIdx.x % (unsigned)n_rt), tile_i = (int)(blockIdx.x / (unsigned)n_rt);
+    __shared__ int row_src[BN];  /* assignment of tile row m, -1 past the tile */
+    __shared__ int tok_row[BN];  /* its activation row */
+    constexpr int THREADS = WG_THREADS * RT;
+    const int n_rt = wg_row_tiles(STAGE, p.N), n_kc = wg_chunks(p.Kdim), n_rtb = (n_rt + RT - 1) / RT;
+    const int rtb = (int)(blockIdx.x % (unsigned)n_rtb), tile_i = (int)(blockIdx.x / (unsigned)n_rtb);
     if (tile_i >= *p.n_tiles) return;
     const moe_cuda_tile tile = p.tiles[tile_i];
     const int rows = tile_rows(tile, p.counts, p.perm, p.T, BN, row_src);
     __syncthreads();
+    if ((int)threadIdx.x < BN) tok_row[threadIdx.x] = row_src[threadIdx.x] / p.a_row_div;
+    __syncthreads();
 
-    constexpr int B_BYTES = BN * 128, STAGE_BYTES = wg_stage_bytes<BN>();
+    constexpr int B_BYTES = BN * 128, STAGE_BYTES = wg_stage_bytes<BN, RT>();
+    constexpr int A_OFF = B_BYTES, S_OFF = B_BYTES + RT * WG_A_BYTES;
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
-    const size_t chunk0 = ((size_t)tile.expert * n_rt + rt) * n_kc;
-    const uint8_t *codes = p.w_mx + chunk0 * WG_A_BYTES;
-    const uint8_t *scales = p.w_scale + chunk0 * WG_S_BYTES;
+    const int my_tile = warp / 8, my_warp = warp % 8; /* row tile within the block, warp in it */
+    const int rt = RT * rtb + my_tile;
+    /* the copies of this thread: its row tile's codes (256 threads a tile), scales (16) */
+    const int copy_tile = tid / WG_THREADS, copy_idx = tid % WG_THREADS;
+    const bool copy_real = RT * rtb + copy_tile < n_rt;
+    const size_t chunk0 = ((size_t)tile.expert * n_rt + (copy_real ? RT * rtb + copy_tile : 0)) * n_kc;
+    const uint8_t *codes = p.w_mx + chunk0 * WG_A_BYTES + copy_idx * 16;
+    const uint8_t *scales = p.w_scale + chunk0 * WG_S_BYTES + copy_idx * 16;
 
     auto load_stage = [&](int kc) {
         const uint32_t st = base + (uint32_t)((kc % STAGES) * STAGE_BYTES);
-        for (int idx = tid; idx < BN * 8; idx += WG_THREADS) {
+        for (int idx = tid; idx < BN * 8; idx += THREADS) {
             const int r = idx / 8, c = idx % 8, k = kc * WG_KC + 8 * c;
             const bool valid = r < rows && k < p.Kdim;
-            const uint16_t *src =
-                valid ? p.a_src + (size_t)(row_src[r] / p.a_row_div) * p.Kdim + k : p.a_src;
+            const uint16_t *src = valid ? p.a_src + (size_t)tok_row[r] * p.Kdim + k : p.a_src;
             cp_async16(st + (uint32_t)(r * 128 + ((c ^ (r & 7)) * 16)), src, valid);
         }
-        cp_async16(st + B_BYTES + tid * 16, codes + (size_t)kc * WG_A_BYTES + tid * 16, true);
-        if (tid < WG_S_BYTES / 16)
-            cp_async16(st + B_BYTES + WG_A_BYTES + tid * 16,
-                       scales + (size_t)kc * WG_S_BYTES + tid * 16, true);
+        cp_async16(st + A_OFF + copy_tile * WG_A_BYTES + copy_idx * 16,
+                   copy_real ? codes + (size_t)kc * WG_A_BYTES : codes, copy_real);
+        if (copy_idx < WG_S_BYTES / 16)
+            cp_async16(st + S_OFF + copy_tile * WG_S_BYTES + copy_idx * 16,
+                       copy_real ? scales + (size_t)kc * WG_S_BYTES : scales, copy_real);
     };
-
-    float acc[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (s < n_kc) load_stage(s);
-        cp_async_commit();
-    }
-    for (int kc = 0; kc < n_kc; kc++) {
-        cp_async_wait<STAGES - 2>(); /* this thread's copies of stage kc have landed */
-        fence_proxy_async();
-        __syncthreads(); /* everyone's have; and every wgmma of stage kc - 1 is done */
-        if (kc + STAGES - 1 < n_kc) load_stage(kc + STAGES - 1);
-        cp_async_commit();
-
+    /* this warp's A fragments of stage kc, decoded and scaled */
+    auto decode_stage = [&](int kc, uint32_t (&a)[4][4]) {
         const uint32_t st = base + (uint32_t)((kc % STAGES) * STAGE_BYTES);
         uint32_t w[4], sw;
         asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                     : "r"(st + B_BYTES + tid * 16)
+                     : "r"(st + A_OFF + my_tile * WG_A_BYTES + (my_warp * 32 + lane) * 16)
                      : "memory");
         asm volatile("ld.shared.u32 %0, [%1];\n"
                      : "=r"(sw)
-                     : "r"(st + B_BYTES + WG_A_BYTES + (warp * 8 + g) * 4)
+                     : "r"(st + S_OFF + my_tile * WG_S_BYTES + (my_warp * 8 + g) * 4)
                      : "memory");
-        uint32_t a[4][4];
 #pragma unroll
         for (int s = 0; s < 4; s++) {
             e2m1x8_to_bf16x4(w[s], a[s]);
@@ -283,16 +287,65 @@ __global__ void __launch_bounds__(WG_THREADS) expert_wgmma_kernel(stream_args p)
             a[s][2] = mul_bf16x2(a[s][2], scale_g);
             a[s][3] = mul_bf16x2(a[s][3], scale_g8);
         }
+    };
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+    auto mma_stage = [&](int kc, uint32_t (&a)[4][4]) {
         wgmma_fence();
-        const uint64_t desc = smem_desc_sw128(st);
+        const uint64_t desc = smem_desc_sw128(base + (uint32_t)((kc % STAGES) * STAGE_BYTES));
 #pragma unroll
         for (int s = 0; s < 4; s++) wgmma_bf16<BN>(acc, a[s], desc + 2 * s); /* + 32 bytes a step */
         wgmma_commit();
+    };
+
+    /* Stage kc's slot is refilled LOOKAHEAD stages later, after a barrier that every thread
+     * reaches only once its wgmmas of stage kc are done (all of them: PIPE waits for all but
+     * the last group, so one stage more stays unwritten). */
+    constexpr int LOOKAHEAD = PIPE ? STAGES - 2 : STAGES - 1;
+#pragma unroll
+    for (int s = 0; s < LOOKAHEAD; s++) {
+        if (s < n_kc) load_stage(s);
+        cp_async_commit();
+    }
+    auto begin_stage = [&](int kc) {
+        cp_async_wait<LOOKAHEAD - 1>(); /* this thread's copies of stage kc have landed */
+        fence_proxy_async();
+        __syncthreads(); /* everyone's have; the slot refilled next is no longer read */
+        if (kc + LOOKAHEAD < n_kc) load_stage(kc + LOOKAHEAD);
+        cp_async_commit();
+    };
+    if (!PIPE) {
+        uint32_t a[4][4];
+        for (int kc = 0; kc < n_kc; kc++) {
+            begin_stage(kc);
+            decode_stage(kc, a);
+            mma_stage(kc, a);
+            wgmma_wait_all();
+        }
+    } else {
+        uint32_t a0[4][4], a1[4][4];
+        for (int kc = 0; kc < n_kc; kc += 2) {
+            begin_stage(kc);
+            decode_stage(kc, a0);
+            mma_stage(kc, a0);
+            wgmma_wait_one();
+            keep_regs(a1);
+            if (kc + 1 >= n_kc) break;
+            begin_stage(kc + 1);
+            decode_stage(kc + 1, a1);
+            mma_stage(kc + 1, a1);
+            wgmma_wait_one();
+            keep_regs(a0);
+        }
         wgmma_wait_all();
+        keep_regs(a0);
+        keep_regs(a1);
     }
     cp_async_wait<0>();
 
     /* acc[4j + e]: row g, column 8j + 2t + e; acc[4j + 2 + e]: row g + 8 */
+    if (RT * rtb + my_tile >= n_rt) return;
     const int t = lane % 4;
 #pragma unroll
     for (int j = 0; j < BN / 8; j++)
@@ -302,18 +355,18 @@ __global__ void __launch_bounds__(WG_THREADS) expert_wgmma_kernel(stream_args p)
             if (m >= rows) continue;
             const size_t a = (size_t)row_src[m];
             if (STAGE == 1) {
-                const int c = 64 * rt + 8 * warp + g;
+                const int c = 64 * rt + 8 * my_warp + g;
                 if (c < p.N / 2)
                     p.h_out[a * (p.N / 2) + c] = swiglu_bits(acc[4 * j + e], acc[4 * j + 2 + e]);
             } else {
-                const int r = WG_ROWS * rt + 16 * warp + g;
+                const int r = WG_ROWS * rt + 16 * my_warp + g;
                 if (r < p.N) p.y_out[a * p.N + r] = acc[4 * j + e];
                 if (r + 8 < p.N) p.y_out[a * p.N + r + 8] = acc[4 * j + 2 + e];
             }
         }
 }
 
-template <int STAGE, int BN, int STAGES>
+template <int STAGE, int BN, int STAGES, int RT, bool PIPE>
 moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K, stream_args p,
                   const uint8_t *codes, const uint8_t *scales, moe_error *err) {
     if (T == 0 || ex->E == 0) return MOE_OK;
@@ -321,14 +374,15 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
         return moe_fail(err, MOE_ERR_UNSUPPORTED,
                         "cuda: the wgmma expert kernels read MXFP4 weights packed at create()");
     p.w_mx = codes, p.w_scale = scales;
-    const long blocks = (long)wg_row_tiles(STAGE, p.N) * moe_cuda_tile_bound(T, K, ex->E, BN);
+    const int n_rtb = (wg_row_tiles(STAGE, p.N) + RT - 1) / RT;
+    const long blocks = (long)n_rtb * moe_cuda_tile_bound(T, K, ex->E, BN);
     if (blocks > 0x7FFFFFFFL)
         return moe_fail(err, MOE_ERR_UNSUPPORTED, "cuda: expert wgmma%d grid of %ld blocks too large",
                         STAGE, blocks);
-    const int smem = wg_smem_bytes<BN, STAGES>();
-    CUDA_TRY(cudaFuncSetAttribute(expert_wgmma_kernel<STAGE, BN, STAGES>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    expert_wgmma_kernel<STAGE, BN, STAGES><<<(unsigned)blocks, WG_THREADS, smem, stream>>>(p);
+    const int smem = wg_smem_bytes<BN, RT, STAGES>();
+    auto kernel = expert_wgmma_kernel<STAGE, BN, STAGES, RT, PIPE>;
+    CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    kernel<<<(unsigned)blocks, WG_THREADS * RT, smem, stream>>>(p);
     LAUNCH_CHECK(STAGE == 1 ? "expert_wgmma_kernel<gemm1>" : "expert_wgmma_kernel<gemm2>");
     return MOE_OK;
 }
@@ -358,22 +412,28 @@ moe_status moe_cuda_wgmma_pack(cudaStream_t stream, moe_cuda_experts *ex, moe_er
     return st;
 }
 
-#define WGMMA_LAUNCHERS(BN, STAGES)                                                               \
+#define WGMMA_LAUNCHERS(BN, STAGES, RT, PIPE)                                                     \
     moe_status moe_cuda_expert_wg1_##BN(cudaStream_t stream, const moe_cuda_experts *ex, int T,   \
                                         int K, const uint16_t *x, const int32_t *counts,          \
                                         const int32_t *perm, const moe_cuda_tile *tiles,          \
                                         const int32_t *n_tiles, uint16_t *h, moe_error *err) {    \
         const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);    \
-        return launch<1, BN, STAGES>(stream, ex, T, K, p, ex->w13_wg, ex->w13_wg_scale, err);     \
+        return launch<1, BN, STAGES, RT, PIPE>(stream, ex, T, K, p, ex->w13_wg, ex->w13_wg_scale, \
+                                               err);                                              \
     }                                                                                             \
     moe_status moe_cuda_expert_wg2_##BN(cudaStream_t stream, const moe_cuda_experts *ex, int T,   \
                                         int K, const uint16_t *h, const int32_t *counts,          \
                                         const int32_t *perm, const moe_cuda_tile *tiles,          \
                                         const int32_t *n_tiles, float *y, moe_error *err) {       \
         const stream_args p = stream_args_gemm2(ex, T, h, counts, perm, tiles, n_tiles, y);       \
-        return launch<2, BN, STAGES>(stream, ex, T, K, p, ex->w2_wg, ex->w2_wg_scale, err);       \
+        return launch<2, BN, STAGES, RT, PIPE>(stream, ex, T, K, p, ex->w2_wg, ex->w2_wg_scale,   \
+                                               err);                                              \
     }
 
-WGMMA_LAUNCHERS(16, 6)
-WGMMA_LAUNCHERS(64, 5)
-WGMMA_LAUNCHERS(128, 4)
+/* Measured on an H200, Inkling-Small (docs/device-notes.md): for 16 and 32 rows one row tile a
+ * block without the register pipeline was fastest (T = 64, 512); for 128 rows two row tiles a
+ * block (the activation tile read from L2 once per 256 weight rows) with the pipeline, 6313
+ * against 6663 us for the layer at T = 4096. */
+WGMMA_LAUNCHERS(16, 6, 1, false)
+WGMMA_LAUNCHERS(32, 6, 1, false)
+WGMMA_LAUNCHERS(128, 4, 2, true)

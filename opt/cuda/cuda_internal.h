@@ -48,12 +48,12 @@
 #define MOE_CUDA_GEMV_M 8
 
 /* The expert GEMM variant a layer uses. AUTO takes, for MXFP4 experts, the mma kernels
- * (cuda_experts_mma.cu) while T is at most MOE_CUDA_MMA_MAX_T, with tiles of MOE_CUDA_GEMV_M
- * rows up to MOE_CUDA_MMA_NARROW_MAX_T and twice that above, and the tensor-core wmma kernels
- * otherwise (and for bf16 and NVFP4 experts). The others force one kind (the harness fuzzes
- * each by name); GEMV, the older weight-streaming kernels, stays as a variant to compare.
- * Measured on an H200, Inkling-Small (docs/perf-cuda.md): mma ahead of GEMV and wmma at
- * T = 1, 8, 64 and 512 (16-row tiles ahead of 8 at 512, behind at 64), wmma ahead at 4096. */
+ * (cuda_experts_mma.cu, tiles of MOE_CUDA_GEMV_M rows) while T is at most MOE_CUDA_MMA_MAX_T
+ * and the wgmma kernels (cuda_experts_wgmma.cu) above; the tensor-core wmma kernels
+ * (cuda_experts.cu) for bf16 and NVFP4 experts. The others force one kind (the harness fuzzes
+ * each by name); GEMV, the older weight-streaming kernels, stays as a variant to compare; the
+ * mma kernels forced take tiles of twice MOE_CUDA_GEMV_M rows above MOE_CUDA_MMA_NARROW_MAX_T.
+ * Measured on an H200, Inkling-Small (docs/perf-cuda.md). */
 typedef enum {
     MOE_CUDA_EXPERTS_AUTO,
     MOE_CUDA_EXPERTS_WMMA,
@@ -62,7 +62,7 @@ typedef enum {
     MOE_CUDA_EXPERTS_WGMMA,
 } moe_cuda_variant;
 #define MOE_CUDA_MMA_NARROW_MAX_T 64
-#define MOE_CUDA_MMA_MAX_T 512
+#define MOE_CUDA_MMA_MAX_T 8
 
 /* The path's tiling constants as shape hints (moe.h), ended by {NULL}: cuda_experts.cu. */
 extern const moe_shape_hint moe_cuda_shape_hints[];
@@ -166,9 +166,9 @@ moe_cuda_expert_gemm2_fn moe_cuda_expert_gemv2;
 moe_cuda_expert_gemm1_fn moe_cuda_expert_mma1, moe_cuda_expert_mma1_m16;
 moe_cuda_expert_gemm2_fn moe_cuda_expert_mma2, moe_cuda_expert_mma2_m16;
 /* Warpgroup MMA (wgmma) on MXFP4 packed by moe_cuda_wgmma_pack (cuda_experts_wgmma.cu): tiles
- * of 16, 64 or 128 rows (the suffix). */
-moe_cuda_expert_gemm1_fn moe_cuda_expert_wg1_16, moe_cuda_expert_wg1_64, moe_cuda_expert_wg1_128;
-moe_cuda_expert_gemm2_fn moe_cuda_expert_wg2_16, moe_cuda_expert_wg2_64, moe_cuda_expert_wg2_128;
+ * of 16, 32 or 128 rows (the suffix). */
+moe_cuda_expert_gemm1_fn moe_cuda_expert_wg1_16, moe_cuda_expert_wg1_32, moe_cuda_expert_wg1_128;
+moe_cuda_expert_gemm2_fn moe_cuda_expert_wg2_16, moe_cuda_expert_wg2_32, moe_cuda_expert_wg2_128;
 /* Allocates ex's w13_wg .. w2_wg_scale and fills them from its MXFP4 codes and scales on the
  * stream (the caller frees them with cudaFree). */
 moe_status moe_cuda_wgmma_pack(cudaStream_t stream, moe_cuda_experts *ex, moe_error *err);
