@@ -58,8 +58,6 @@ struct cuda_state {
     const moe_shard *shard;
     int device;
     int D, R, K, S, G, IL, SIL, E, expert_first;
-    int LG; /* row stride of the logits: G rounded up to 8 (cuBLASLt's fast kernels want
-             * 16-byte rows; with 258 columns the gate ran at 94 GB/s) */
     moe_cuda_variant variant; /* which expert GEMM kernels (cuda_internal.h) */
     cudaStream_t routed, sinks;
     cudaEvent_t x_ready, route_ready, sinks_done;
@@ -308,7 +306,6 @@ moe_status create_variant(moe_cuda_variant variant, const moe_shard *sh, const m
     s->shard = sh;
     s->device = opt->device;
     s->D = c->D, s->R = c->R, s->K = c->K, s->S = c->S, s->G = c->R + c->S;
-    s->LG = (s->G + 7) / 8 * 8;
     s->IL = sh->I_local, s->SIL = sh->sink_I_local;
     s->E = sh->n_local_experts, s->expert_first = sh->expert_first;
     s->variant = variant;
@@ -389,7 +386,7 @@ moe_status ensure_workspace(cuda_state *s, int T, moe_error *err) {
     const size_t t = (size_t)T, D = (size_t)s->D, K = (size_t)s->K, S = (size_t)s->S;
     const size_t sizes[] = {
         t * D * 2,                                                  /* x */
-        t * (size_t)s->LG * 4,                                      /* logits */
+        t * (size_t)s->G * 4,                                       /* logits */
         t * K * 4,                                                  /* ids */
         t * (K + S) * 4,                                            /* weights */
         t * 4,                                                      /* bad */
@@ -466,7 +463,7 @@ moe_status run_sinks(cuda_state *s, int T, const uint16_t *x, bool timed, moe_er
         CUDA_TRY(cudaEventRecord(s->sinks_done, st));
         return MOE_OK;
     }
-    TRY(moe_cuda_lt_plan_for(s->lt, &s->sink1_plan, S * 2 * SIL, D, T, S * 2 * SIL, CUDA_R_16BF,
+    TRY(moe_cuda_lt_plan_for(s->lt, &s->sink1_plan, S * 2 * SIL, D, T, CUDA_R_16BF,
                              LT_WORKSPACE_BYTES, err));
     TRY(moe_cuda_lt_run(s->lt, &s->sink1_plan, s->sink_w13, x, s->sink_gu, s->lt_ws_sinks,
                         LT_WORKSPACE_BYTES, st, err));
@@ -474,7 +471,7 @@ moe_status run_sinks(cuda_state *s, int T, const uint16_t *x, bool timed, moe_er
     CUDA_TRY(cudaStreamWaitEvent(st, s->route_ready, 0)); /* the gammas */
     TRY(moe_cuda_sink_swiglu(st, T, s->K, S, SIL, s->sink_gu, s->weights, s->sink_h, err));
     TRY(mark(s, timed, EV_SINK_SWIGLU, st, err));
-    TRY(moe_cuda_lt_plan_for(s->lt, &s->sink2_plan, D, S * SIL, T, D, CUDA_R_32F,
+    TRY(moe_cuda_lt_plan_for(s->lt, &s->sink2_plan, D, S * SIL, T, CUDA_R_32F,
                              LT_WORKSPACE_BYTES, err));
     TRY(moe_cuda_lt_run(s->lt, &s->sink2_plan, s->sink_w2, s->sink_h, s->sink_y, s->lt_ws_sinks,
                         LT_WORKSPACE_BYTES, st, err));
@@ -490,8 +487,7 @@ moe_status copy_stages(cuda_state *s, int T, moe_stages *stg, moe_error *err) {
     stg->filled = moe_stages_wanted(stg); /* the shared rule; T = 0 writes nothing */
     if (T == 0) return MOE_OK;
     if (stg->logits)
-        CUDA_TRY(cudaMemcpy2DAsync(stg->logits, (size_t)s->G * 4, s->logits, (size_t)s->LG * 4,
-                                   (size_t)s->G * 4, t, cudaMemcpyDeviceToHost, st));
+        CUDA_TRY(cudaMemcpyAsync(stg->logits, s->logits, t * s->G * 4, cudaMemcpyDeviceToHost, st));
     if (stg->topk_ids)
         CUDA_TRY(cudaMemcpyAsync(stg->topk_ids, s->ids, t * K * 4, cudaMemcpyDeviceToHost, st));
     if (stg->topk_weights)
@@ -645,16 +641,16 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, bool t
     CUDA_TRY(cudaEventRecord(s->x_ready, st));
 
     if (moe_cuda_gate_small_fits(T, D)) { /* a few tokens: cuBLASLt is far from the floor */
-        TRY(moe_cuda_gate_small(st, T, D, s->G, s->LG, x, s->gate_w, s->logits, err));
+        TRY(moe_cuda_gate_small(st, T, D, s->G, x, s->gate_w, s->logits, err));
     } else {
-        TRY(moe_cuda_lt_plan_for(s->lt, &s->gate_plan, s->G, D, T, s->LG, CUDA_R_32F,
-                                 LT_WORKSPACE_BYTES, err));
+        TRY(moe_cuda_lt_plan_for(s->lt, &s->gate_plan, s->G, D, T, CUDA_R_32F, LT_WORKSPACE_BYTES,
+                                 err));
         TRY(moe_cuda_lt_run(s->lt, &s->gate_plan, s->gate_w, x, s->logits, s->lt_ws_routed,
                             LT_WORKSPACE_BYTES, st, err));
     }
     TRY(mark(s, timed, EV_GATE, st, err));
-    TRY(moe_cuda_route(st, T, D, s->R, K, S, s->LG, s->shard->cfg.route_scale,
-                       s->shard->global_scale, x, s->logits, s->gate_bias, s->ids, s->weights, s->bad, err));
+    TRY(moe_cuda_route(st, T, D, s->R, K, S, s->shard->cfg.route_scale, s->shard->global_scale,
+                       x, s->logits, s->gate_bias, s->ids, s->weights, s->bad, err));
     CUDA_TRY(cudaEventRecord(s->route_ready, st));
     TRY(mark(s, timed, EV_ROUTE, st, err));
 
@@ -785,9 +781,8 @@ moe_status cuda_route(void *p, int T, const float *logits, int32_t *ids, float *
     TRY(ensure_workspace(s, T, err));
     const size_t t = (size_t)T;
     cudaStream_t st = s->routed;
-    CUDA_TRY(cudaMemcpy2DAsync(s->logits, (size_t)s->LG * 4, logits, (size_t)s->G * 4,
-                               (size_t)s->G * 4, t, cudaMemcpyHostToDevice, st));
-    TRY(moe_cuda_route(st, T, s->D, s->R, s->K, s->S, s->LG, s->shard->cfg.route_scale,
+    CUDA_TRY(cudaMemcpyAsync(s->logits, logits, t * s->G * 4, cudaMemcpyHostToDevice, st));
+    TRY(moe_cuda_route(st, T, s->D, s->R, s->K, s->S, s->shard->cfg.route_scale,
                        s->shard->global_scale, NULL, s->logits, s->gate_bias, s->ids, s->weights,
                        NULL, err));
     CUDA_TRY(cudaMemcpyAsync(ids, s->ids, t * s->K * 4, cudaMemcpyDeviceToHost, st));

@@ -19,8 +19,8 @@
 
 namespace {
 
-/* x [T, D] bf16, w [G, D] bf16 -> logits [T, ldl] fp32 (G used); T <= MOE_CUDA_GATE_SMALL_MAX_T. */
-__global__ void __launch_bounds__(GATE_THREADS) gate_small_kernel(int T, int D, int ldl,
+/* x [T, D] bf16, w [G, D] bf16 -> logits [T, G] fp32; T <= MOE_CUDA_GATE_SMALL_MAX_T. */
+__global__ void __launch_bounds__(GATE_THREADS) gate_small_kernel(int T, int D, int G,
                                                                   const uint16_t *x,
                                                                   const uint16_t *w,
                                                                   float *logits) {
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(GATE_THREADS) gate_small_kernel(int T, int D, 
     if ((int)threadIdx.x < T) {
         float sum = 0.0f;
         for (int k = 0; k < GATE_THREADS / 32; k++) sum += warp_sums[k][threadIdx.x];
-        logits[(size_t)threadIdx.x * ldl + e] = sum;
+        logits[(size_t)threadIdx.x * G + e] = sum;
     }
 }
 
@@ -63,12 +63,12 @@ bool moe_cuda_gate_small_fits(int T, int D) {
     return T >= 1 && T <= MOE_CUDA_GATE_SMALL_MAX_T && D % 8 == 0;
 }
 
-moe_status moe_cuda_gate_small(cudaStream_t stream, int T, int D, int G, int ldl, const uint16_t *x,
+moe_status moe_cuda_gate_small(cudaStream_t stream, int T, int D, int G, const uint16_t *x,
                                const uint16_t *w, float *logits, moe_error *err) {
     if (!moe_cuda_gate_small_fits(T, D))
         return moe_fail(err, MOE_ERR_INTERNAL, "cuda: small gate kernel called with T %d, D %d",
                         T, D);
-    gate_small_kernel<<<G, GATE_THREADS, 0, stream>>>(T, D, ldl, x, w, logits);
+    gate_small_kernel<<<G, GATE_THREADS, 0, stream>>>(T, D, G, x, w, logits);
     LAUNCH_CHECK("gate_small_kernel");
     return MOE_OK;
 }

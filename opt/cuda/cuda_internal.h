@@ -84,20 +84,19 @@ static inline int moe_cuda_tile_bound(int T, int K, int E, int tile_m) {
 /* ---------------------------------------------------------------- gate (cuda_gate.cu) */
 
 /* Gate logits for a few tokens without cuBLASLt: x [T, D] bf16, w [G, D] bf16 -> logits
- * [T, ldl] fp32 (columns 0..G-1), fp32 sums in one fixed order. Only where
- * moe_cuda_gate_small_fits(T, D). */
+ * [T, G] fp32, fp32 sums in one fixed order. Only where moe_cuda_gate_small_fits(T, D). */
 #define MOE_CUDA_GATE_SMALL_MAX_T 8
 bool moe_cuda_gate_small_fits(int T, int D);
-moe_status moe_cuda_gate_small(cudaStream_t stream, int T, int D, int G, int ldl, const uint16_t *x,
+moe_status moe_cuda_gate_small(cudaStream_t stream, int T, int D, int G, const uint16_t *x,
                                const uint16_t *w, float *logits, moe_error *err);
 
 /* ---------------------------------------------------------------- routing (cuda_route.cu) */
 
 /* Selection and weights, one block per token, exactly as common/routing.c computes them.
- * logits [T, ldl] fp32, R+S used (rows of non-finite tokens are overwritten with NaN), bias [R] or NULL,
+ * logits [T, R+S] fp32 (rows of non-finite tokens are overwritten with NaN), bias [R] or NULL,
  * x [T, D] bf16 or NULL (NULL: every row counts as finite, the `route` entry),
  * ids [T, K], weights [T, K+S], bad [T] (1 for a token whose x row holds NaN/inf) or NULL. */
-moe_status moe_cuda_route(cudaStream_t stream, int T, int D, int R, int K, int S, int ldl,
+moe_status moe_cuda_route(cudaStream_t stream, int T, int D, int R, int K, int S,
                           float route_scale, float global_scale, const uint16_t *x,
                           float *logits, const float *bias, int32_t *ids, float *weights,
                           int32_t *bad, moe_error *err);
@@ -199,22 +198,21 @@ moe_status moe_cuda_stage_rows(cudaStream_t stream, int rows, int cols, int slot
 
 /* ---------------------------------------------------------------- dense GEMMs (cuda_lt.cu) */
 
-/* C [T, ldc] (row-major, fp32 or bf16, columns 0..N-1) = X [T, Kd] bf16 times W [N, Kd]^T
- * bf16, fp32 accumulate, through cuBLASLt. A plan holds the descriptors and the algorithm for one T; it is rebuilt
+/* C [T, N] (row-major, fp32 or bf16) = X [T, Kd] bf16 times W [N, Kd]^T bf16, fp32 accumulate,
+ * through cuBLASLt. A plan holds the descriptors and the algorithm for one T; it is rebuilt
  * when T changes. */
 typedef struct {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t w, x, c;
     cublasLtMatmulAlgo_t algo;
-    int T, N, Kd, ldc;
+    int T, N, Kd;
     cudaDataType_t out_type;
     bool ready;
 } moe_cuda_lt_plan;
 
 moe_status moe_cuda_lt_plan_for(cublasLtHandle_t lt, moe_cuda_lt_plan *plan, int N, int Kd, int T,
-                                int ldc, cudaDataType_t out_type, size_t workspace_bytes,
-                                moe_error *err);
-/* w [N, Kd], x [T, Kd], c [T, ldc]. */
+                                cudaDataType_t out_type, size_t workspace_bytes, moe_error *err);
+/* w [N, Kd], x [T, Kd], c [T, N]. */
 moe_status moe_cuda_lt_run(cublasLtHandle_t lt, const moe_cuda_lt_plan *plan, const uint16_t *w,
                            const uint16_t *x, void *c, void *workspace, size_t workspace_bytes,
                            cudaStream_t stream, moe_error *err);

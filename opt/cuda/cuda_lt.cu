@@ -22,20 +22,18 @@ void moe_cuda_lt_plan_free(moe_cuda_lt_plan *plan) {
 }
 
 moe_status moe_cuda_lt_plan_for(cublasLtHandle_t lt, moe_cuda_lt_plan *plan, int N, int Kd, int T,
-                                int ldc, cudaDataType_t out_type, size_t workspace_bytes,
-                                moe_error *err) {
-    if (plan->ready && plan->T == T && plan->N == N && plan->Kd == Kd && plan->ldc == ldc &&
-        plan->out_type == out_type)
+                                cudaDataType_t out_type, size_t workspace_bytes, moe_error *err) {
+    if (plan->ready && plan->T == T && plan->N == N && plan->Kd == Kd && plan->out_type == out_type)
         return MOE_OK;
     moe_cuda_lt_plan_free(plan);
-    plan->T = T, plan->N = N, plan->Kd = Kd, plan->ldc = ldc, plan->out_type = out_type;
+    plan->T = T, plan->N = N, plan->Kd = Kd, plan->out_type = out_type;
     LT_TRY(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t transpose = CUBLAS_OP_T;
     LT_TRY(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
                                           sizeof transpose));
     LT_TRY(cublasLtMatrixLayoutCreate(&plan->w, CUDA_R_16BF, (uint64_t)Kd, (uint64_t)N, (int64_t)Kd));
     LT_TRY(cublasLtMatrixLayoutCreate(&plan->x, CUDA_R_16BF, (uint64_t)Kd, (uint64_t)T, (int64_t)Kd));
-    LT_TRY(cublasLtMatrixLayoutCreate(&plan->c, out_type, (uint64_t)N, (uint64_t)T, (int64_t)ldc));
+    LT_TRY(cublasLtMatrixLayoutCreate(&plan->c, out_type, (uint64_t)N, (uint64_t)T, (int64_t)N));
     cublasLtMatmulPreference_t pref = NULL;
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(

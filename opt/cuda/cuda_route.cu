@@ -60,9 +60,8 @@ __device__ double weight_logit(const float *l, const int *ids, int R, int K, int
     return j < K ? (double)l[ids[j]] : (double)l[R + (j - K)];
 }
 
-/* logits [T, ldl] (R+S used), bias [R] or NULL, x [T, D] or NULL, ids [T, K], weights [T, K+S],
- * bad [T] */
-__global__ void route_kernel(int D, int R, int K, int S, int ldl, float route_scale, float global_scale,
+/* logits [T, R+S], bias [R] or NULL, x [T, D] or NULL, ids [T, K], weights [T, K+S], bad [T] */
+__global__ void route_kernel(int D, int R, int K, int S, float route_scale, float global_scale,
                              const uint16_t *x, float *logits, const float *bias, int32_t *ids,
                              float *weights, int32_t *bad) {
     extern __shared__ float route_smem[];
@@ -71,8 +70,8 @@ __global__ void route_kernel(int D, int R, int K, int S, int ldl, float route_sc
     double *terms = (double *)((char *)route_smem + route_terms_offset(R, K)); /* [K+S] */
     __shared__ pick scratch[ROUTE_THREADS / 32];
     __shared__ double shared_max, shared_sum;
-    const int t = blockIdx.x;
-    float *l = logits + (size_t)t * ldl;
+    const int t = blockIdx.x, G = R + S;
+    float *l = logits + (size_t)t * G;
     int32_t *ids_t = ids + (size_t)t * K;
     float *w_t = weights + (size_t)t * (K + S);
 
@@ -84,7 +83,7 @@ __global__ void route_kernel(int D, int R, int K, int S, int ldl, float route_sc
             nonfinite |= (x[(size_t)t * D + d] & 0x7F80u) == 0x7F80u;
     const bool finite = !__syncthreads_or(nonfinite);
     if (!finite) {
-        for (int e = threadIdx.x; e < R + S; e += blockDim.x) l[e] = NAN;
+        for (int e = threadIdx.x; e < G; e += blockDim.x) l[e] = NAN;
         for (int k = threadIdx.x; k < K; k += blockDim.x) ids_t[k] = k;
         for (int j = threadIdx.x; j < K + S; j += blockDim.x) w_t[j] = NAN;
         if (bad && threadIdx.x == 0) bad[t] = 1;
@@ -143,7 +142,7 @@ __host__ __device__ size_t route_terms_offset(int R, int K) { return ((size_t)(R
 
 } // namespace
 
-moe_status moe_cuda_route(cudaStream_t stream, int T, int D, int R, int K, int S, int ldl,
+moe_status moe_cuda_route(cudaStream_t stream, int T, int D, int R, int K, int S,
                           float route_scale, float global_scale, const uint16_t *x,
                           float *logits, const float *bias, int32_t *ids, float *weights,
                           int32_t *bad, moe_error *err) {
@@ -153,7 +152,7 @@ moe_status moe_cuda_route(cudaStream_t stream, int T, int D, int R, int K, int S
         CUDA_TRY(cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)smem));
     }
-    route_kernel<<<T, ROUTE_THREADS, smem, stream>>>(D, R, K, S, ldl, route_scale, global_scale, x,
+    route_kernel<<<T, ROUTE_THREADS, smem, stream>>>(D, R, K, S, route_scale, global_scale, x,
                                                      logits, bias, ids, weights, bad);
     LAUNCH_CHECK("route_kernel");
     return MOE_OK;
