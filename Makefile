@@ -85,7 +85,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 # ---------------------------------------------------------------- top-level targets
-.PHONY: all deps deps-python test test-now asan coverage fuzz fuzz-now fuzz-selftest fuzz-parse golden \
+.PHONY: all deps deps-python test test-now check-ptxas-guard asan coverage fuzz fuzz-now fuzz-selftest fuzz-parse golden \
         golden-check bench-cpu config clean help examples install fuzz-external
 
 all: config $(LIB) $(TOOL) $(TESTS) examples
@@ -104,8 +104,18 @@ config:
 test: deps
 	@$(MAKE) --no-print-directory test-now
 
-test-now: all
+test-now: all $(if $(CUDA_SRC),check-ptxas-guard)
 	@sh tests/run-tests.sh $(BUILD)
+
+# The .cu rule's ptxas guard refuses a planted kernel whose wgmma ptxas serialises.
+check-ptxas-guard:
+	@if $(MAKE) --no-print-directory -s $(BUILD)/obj/tests/planted/serialized_wgmma.cu.o \
+	        >$(BUILD)/ptxas-guard.log 2>&1; then \
+	    echo "ptxas guard: the planted serialised wgmma was built; the .cu rule lets it through"; \
+	    exit 1; \
+	elif grep -q 'Potential Performance Loss' $(BUILD)/ptxas-guard.log; then \
+	    echo "ptxas guard: the planted serialised wgmma (tests/planted) was refused, as it must be"; \
+	else cat $(BUILD)/ptxas-guard.log; echo "ptxas guard: the planted kernel failed otherwise"; exit 1; fi
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan NVCC= \
@@ -235,9 +245,14 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
+# ptxas's report is read for "Potential Performance Loss" (a wgmma serialised, a setmaxnreg
+# ignored: silent slowdowns, not warnings), which fails the build like a warning does; the rest
+# of the report (registers, stack) is dropped.
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+	$(NVCC) $(NVFLAGS) -Xptxas -v -c $< -o $@ 2> $@.ptxas; rc=$$?; \
+	    grep -v -e '^ptxas info' -e '^ *[0-9]* bytes stack frame' $@.ptxas >&2; \
+	    if grep 'Potential Performance Loss' $@.ptxas >&2; then rm -f $@; exit 1; fi; exit $$rc
 
 $(TOOL): harness/main.c $(LIB)
 	@mkdir -p $(dir $@)
