@@ -20,7 +20,7 @@
  *   scale2    (NVFP4) about a third of the experts get extreme scale2 pairs (0, 2^+-40 with
  *             2^-+80, 2^-126, the fp32 subnormal 2^-140);
  *   e8m0      (MXFP4, after codes) about 1 in 16 scale blocks set to 0 (2^-127), 1, 2, a large byte
- *             (2^10..2^20), or 254 over codes forced to +-0;
+ *             (2^1..2^20), or 254 over codes forced to +-0;
  *   few       (bias) K experts get +2 bias: every finite token selects the same K experts;
  *   allhit    token t's input leans towards experts tK..tK+K-1 (mod R): every expert is hit
  *             once T*K >= R;
@@ -299,7 +299,7 @@ static void extreme_block(uint8_t *codes16, uint8_t *scale, moe_rng *rng) {
     int kind = moe_rng_int(rng, 0, 9);
     if (kind < 3) *scale = 0;
     else if (kind < 5) *scale = (uint8_t)moe_rng_int(rng, 1, 2);
-    else if (kind < 8) *scale = (uint8_t)(127 + moe_rng_int(rng, 10, 20));
+    else if (kind < 8) *scale = (uint8_t)(127 + moe_rng_int(rng, 1, 20)); /* 128, 129: a GPU decode's edge */
     else {
         *scale = 254;
         for (int i = 0; i < 16; i++) codes16[i] &= 0x88u; /* keep the signs: +-0 */

@@ -178,6 +178,7 @@ bool cuda_wgmma_supports(const moe_config *cfg, const moe_split *split, const mo
 void free_workspace(cuda_state *s) {
     cudaFree(s->ws);
     s->ws = NULL;
+    s->experts.split_partial = NULL, s->experts.split_counters = NULL;
     s->T_cap = 0;
 }
 
@@ -384,6 +385,13 @@ moe_status ensure_workspace(cuda_state *s, int T, moe_error *err) {
     CUDA_TRY(cudaStreamSynchronize(s->sinks));
     free_workspace(s);
     const size_t t = (size_t)T, D = (size_t)s->D, K = (size_t)s->K, S = (size_t)s->S;
+    /* the split wgmma kernels' scratch, for the T they take (MXFP4 packed for wgmma only) */
+    const int split_T = T < MOE_CUDA_WG_SPLIT_MAX_T ? T : MOE_CUDA_WG_SPLIT_MAX_T;
+    const bool split = s->experts.w13_wg != NULL;
+    const size_t split_floats =
+        split ? moe_cuda_wgmma_split_floats(split_T, s->K, s->E, s->D, s->IL) : 0;
+    const size_t split_counters =
+        split ? moe_cuda_wgmma_split_counters(split_T, s->K, s->E, s->D, s->IL) : 0;
     const size_t sizes[] = {
         t * D * 2,                                                  /* x */
         t * (size_t)s->G * 4,                                       /* logits */
@@ -399,6 +407,8 @@ moe_status ensure_workspace(cuda_state *s, int T, moe_error *err) {
         t * S * (size_t)s->SIL * 2,                                 /* sink_h */
         t * D * 4,                                                  /* sink_y */
         t * D * 4,                                                  /* out */
+        split_floats * 4,                                           /* split_partial */
+        split_counters * 4,                                         /* split_counters */
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += align_up(sizes[i]);
@@ -416,11 +426,14 @@ moe_status ensure_workspace(cuda_state *s, int T, moe_error *err) {
                       (void **)&s->group_scratch,
                       (void **)&s->tiles,  (void **)&s->h,      (void **)&s->y,
                       (void **)&s->sink_gu, (void **)&s->sink_h, (void **)&s->sink_y,
-                      (void **)&s->out};
+                      (void **)&s->out, (void **)&s->experts.split_partial,
+                      (void **)&s->experts.split_counters};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         *slots[i] = p;
         p += align_up(sizes[i]);
     }
+    /* the arrival counts start at zero; each split launch leaves them so */
+    CUDA_TRY(cudaMemsetAsync(s->experts.split_counters, 0, split_counters * 4, s->routed));
     s->T_cap = T;
     return MOE_OK;
 }
@@ -603,6 +616,7 @@ const expert_kernels wgmma_kernels[] = {
     {"wgmma16", 16, moe_cuda_expert_wg1_16, moe_cuda_expert_wg2_16},
     {"wgmma32", 32, moe_cuda_expert_wg1_32, moe_cuda_expert_wg2_32},
     {"wgmma128", 128, moe_cuda_expert_wg1_128, moe_cuda_expert_wg2_128},
+    {"wgmma16-split", 16, moe_cuda_expert_wg1_16_split, moe_cuda_expert_wg2_16},
 };
 
 /* The wgmma tile (rows of one expert) for T tokens, from the T * K / R rows an expert has on
@@ -611,6 +625,7 @@ const expert_kernels wgmma_kernels[] = {
  * 64 and 8748 with 32). */
 const expert_kernels *wgmma_for(const cuda_state *s, int T) {
     const long rows_per_expert = (long)T * s->K / (s->R > 0 ? s->R : 1);
+    if (T <= MOE_CUDA_WG_SPLIT_MAX_T) return &wgmma_kernels[3];
     return rows_per_expert <= 4    ? &wgmma_kernels[0]
            : rows_per_expert <= 32 ? &wgmma_kernels[1]
                                    : &wgmma_kernels[2];
@@ -628,7 +643,7 @@ const expert_kernels *expert_kernels_for(const cuda_state *s, int T) {
     case MOE_CUDA_EXPERTS_AUTO: break;
     }
     if (!s->experts.mxfp4) return &wmma_kernels;
-    return T <= MOE_CUDA_MMA_MAX_T ? mma : wgmma_for(s, T);
+    return wgmma_for(s, T);
 }
 
 /* The layer on the routed stream (the sinks forked off and joined), from x [T, D] bf16 on the

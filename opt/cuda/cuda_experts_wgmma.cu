@@ -67,9 +67,18 @@ __host__ __device__ inline int wg_source_row(int stage, int N, int rt, int r) {
     return row < N ? row : -1;
 }
 
-/* One 32-bit word of lane (g, t) of warp w, k16 step s of chunk kc: bytes 0..3 hold the codes
- * (k, k+1) of row g, of row g + 8, then (k+8, k+9) of row g and of row g + 8, k = 16 s + 2 t:
- * the four registers of wgmma's A fragment. One thread a word. */
+/* Where wgmma_pack_codes puts the bits of register j's two codes in a lane's word, so that
+ * decode_word (below) needs one rotation, mask and product a register: the three magnitude bits
+ * of the code of half h (h = 0: value k, h = 1: value k + 1) sit at bits 6 + 16h + MAG_ROT[j]
+ * .. 8 + 16h + MAG_ROT[j] and its sign at 15 + 16h + SIGN_ROT[j] (mod 32). A search over all
+ * rotations found no layout where every register's bits are one rotation of the word; this one
+ * needs five rotations and two sign merges for four registers. */
+__host__ __device__ inline int wg_mag_rot(int j) { return 3 * j; }           /* 0, 3, 6, 9 */
+__host__ __device__ inline int wg_sign_rot(int j) { return j == 0 ? 4 : j == 3 ? 5 : 3 * j; }
+
+/* One 32-bit word of lane (g, t) of warp w, k16 step s of chunk kc: the codes of its four A
+ * fragment registers, j = 0: values (k, k+1) of row g, 1: of row g + 8, 2: (k+8, k+9) of row
+ * g, 3: of row g + 8, k = 16 s + 2 t, at the bits named above. One thread a word. */
 __global__ void wgmma_pack_codes(int stage, int E, int N, int Kdim, const uint8_t *w_mx,
                                  uint32_t *out) {
     const int n_rt = wg_row_tiles(stage, N), n_kc = wg_chunks(Kdim);
@@ -82,11 +91,17 @@ __global__ void wgmma_pack_codes(int stage, int E, int N, int Kdim, const uint8_
         const int kc = (int)(rest % n_kc), rt = (int)(rest / n_kc % n_rt), e = (int)(rest / n_kc / n_rt);
         const int g = lane / 4, t = lane % 4;
         uint32_t word = 0;
-        for (int b = 0; b < 4; b++) {
-            const int src = wg_source_row(stage, N, rt, 16 * w + g + 8 * (b & 1));
-            const int k = WG_KC * kc + 16 * s + 2 * t + 8 * (b >> 1);
-            if (src >= 0 && k < Kdim)
-                word |= (uint32_t)w_mx[((size_t)e * N + src) * row_bytes + k / 2] << (8 * b);
+        for (int j = 0; j < 4; j++) {
+            const int src = wg_source_row(stage, N, rt, 16 * w + g + 8 * (j & 1));
+            const int k = WG_KC * kc + 16 * s + 2 * t + 8 * (j >> 1);
+            if (src < 0 || k >= Kdim) continue;
+            const uint32_t pair = w_mx[((size_t)e * N + src) * row_bytes + k / 2];
+            for (int h = 0; h < 2; h++) {
+                const uint32_t code = (pair >> (4 * h)) & 0xFu;
+                for (int b = 0; b < 3; b++) /* bit by bit: the group may wrap past bit 31 */
+                    word |= ((code >> b) & 1u) << ((6 + 16 * h + b + wg_mag_rot(j)) % 32);
+                if (code & 8u) word |= 1u << ((15 + 16 * h + wg_sign_rot(j)) % 32);
+            }
         }
         out[i] = word;
     }
@@ -198,15 +213,43 @@ template <> __device__ __forceinline__ void wgmma_bf16<128>(float (&d)[64], cons
 
 /* ---------------------------------------------------------------- the kernel */
 
-/* 2^(e - 127) as a pair of bf16 (e = 0: the subnormal 2^-127), exactly. */
-__device__ __forceinline__ uint32_t e8m0_bf16x2(uint32_t e) {
-    const uint32_t bits = e == 0 ? 0x0040u : e << 7;
-    return bits | bits << 16;
-}
 __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
     uint32_t d;
     asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
     return d;
+}
+__device__ __forceinline__ uint32_t rotr(uint32_t w, int n) { return __funnelshift_r(w, w, n); }
+
+/* A code's magnitude bits (e1 e0 m) placed at bits 8..6 of a bf16 are that E2M1 magnitude times
+ * 2^-126 (exponent field e1 e0, 0.5 the subnormal 2^-127), so one bf16 product by 2^(e - 1)
+ * gives the code times its scale 2^(e - 127). That factor is a bf16 for scale bytes e <= 128
+ * (exponent field e + 126); larger scales take two products, by 2^126 and by 2^(e - 127). */
+#define WG_ONE_PRODUCT_MAX_SCALE 128u
+
+/* 2^(e - 1) as a pair of bf16, for scale byte `byte` (0..3) of sw, e <= 128. */
+__device__ __forceinline__ uint32_t scale_one_product(uint32_t sw, int byte) {
+    return __byte_perm(sw, 0u, 0x4040u + 0x101u * (uint32_t)byte) * 128u + 0x3F003F00u;
+}
+/* 2^(e - 127) as a pair of bf16 (e = 0: the subnormal 2^-127), exactly. */
+__device__ __forceinline__ uint32_t scale_two_products(uint32_t sw, int byte) {
+    const uint32_t e = (sw >> (8 * byte)) & 0xFFu, bits = e == 0 ? 0x0040u : e << 7;
+    return bits | bits << 16;
+}
+
+/* One lane word of wgmma_pack_codes' layout to its four A fragment registers, scaled: register j
+ * takes scale sc[j]. TWO: the scales are 2^(e - 127) (scale_two_products), else 2^(e - 1). The
+ * sign bits are merged after the product (a sign flip is exact). */
+template <bool TWO>
+__device__ __forceinline__ void decode_word(uint32_t w, const uint32_t (&sc)[4], uint32_t (&a)[4]) {
+    const uint32_t MAG = 0x01C001C0u, SIGN = 0x80008000u, BOTH = MAG | SIGN;
+    uint32_t m[4] = {w & MAG, rotr(w, 3) & BOTH, rotr(w, 6) & BOTH, rotr(w, 9) & MAG};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if (TWO) m[j] = mul_bf16x2(m[j], 0x7E807E80u); /* 2^126: the code's own value */
+        a[j] = mul_bf16x2(m[j], sc[j]);
+    }
+    a[0] ^= rotr(w, 4) & SIGN;
+    a[3] ^= rotr(w, 5) & SIGN;
 }
 
 /* Bytes of one pipeline stage: BN activation rows of WG_KC bf16 (128 bytes, swizzled), then
@@ -217,6 +260,14 @@ template <int BN, int RT> __host__ __device__ constexpr int wg_stage_bytes() {
 template <int BN, int RT, int STAGES> __host__ __device__ constexpr int wg_smem_bytes() {
     return STAGES * wg_stage_bytes<BN, RT>() + 1024; /* + alignment of the dynamic base */
 }
+
+/* Scratch of a reduction split into KS slices (moe_cuda_wgmma_split_floats): each slice's sums
+ * [pair][KS][BN][WG_ROWS] of the real columns, and one arrival count per (tile, row tile)
+ * pair, zero between launches. */
+struct wg_split {
+    float *partial;
+    int32_t *counters;
+};
 
 /* Keeps v in its registers here (an in-flight wgmma may still read them). */
 __device__ __forceinline__ void keep_regs(uint32_t (&a)[4][4]) {
@@ -230,14 +281,18 @@ __device__ __forceinline__ void keep_regs(uint32_t (&a)[4][4]) {
  * row tiles of one tile run side by side, sharing its activation rows in L2). PIPE: the next
  * stage's weights are decoded while the tensor cores still run this one's (two register sets,
  * wgmma.wait_group 1), else each stage waits for its products. */
-template <int STAGE, int BN, int STAGES, int RT, bool PIPE>
-__global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_args p) {
+template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS>
+__global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_args p, wg_split split) {
+    static_assert(KS == 1 || RT == 1, "a split reduction takes one row tile a block");
     extern __shared__ uint8_t smem_raw[];
     __shared__ int row_src[BN];  /* assignment of tile row m, -1 past the tile */
     __shared__ int tok_row[BN];  /* its activation row */
+    __shared__ bool last_slice;  /* KS > 1: this block adds the slices up */
     constexpr int THREADS = WG_THREADS * RT;
     const int n_rt = wg_row_tiles(STAGE, p.N), n_kc = wg_chunks(p.Kdim), n_rtb = (n_rt + RT - 1) / RT;
-    const int rtb = (int)(blockIdx.x % (unsigned)n_rtb), tile_i = (int)(blockIdx.x / (unsigned)n_rtb);
+    const int ks = (int)(blockIdx.x % (unsigned)KS), block = (int)(blockIdx.x / (unsigned)KS);
+    const int rtb = block % n_rtb, tile_i = block / n_rtb;
+    const int kc_begin = ks * n_kc / KS, kc_end = (ks + 1) * n_kc / KS; /* this block's chunks */
     if (tile_i >= *p.n_tiles) return;
     const moe_cuda_tile tile = p.tiles[tile_i];
     const int rows = tile_rows(tile, p.counts, p.perm, p.T, BN, row_src);
@@ -258,13 +313,27 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     const uint8_t *codes = p.w_mx + chunk0 * WG_A_BYTES + copy_idx * 16;
     const uint8_t *scales = p.w_scale + chunk0 * WG_S_BYTES + copy_idx * 16;
 
+    /* The activation copies of this thread, fixed for the whole reduction: 16-byte piece c of
+     * tile row r goes to its swizzled place in every stage; only the k offset moves. */
+    constexpr int ACT_COPIES = (BN * 8 + THREADS - 1) / THREADS;
+    const uint16_t *act_src[ACT_COPIES];
+    uint32_t act_dst[ACT_COPIES];
+    int act_k[ACT_COPIES]; /* the piece's first value in chunk 0; >= Kdim: nothing to copy */
+#pragma unroll
+    for (int i = 0; i < ACT_COPIES; i++) {
+        const int idx = tid + i * THREADS, r = idx / 8, c = idx % 8;
+        const bool real = idx < BN * 8 && r < rows;
+        act_src[i] = real ? p.a_src + (size_t)tok_row[r] * p.Kdim + 8 * c : p.a_src;
+        act_dst[i] = (uint32_t)(r * 128 + ((c ^ (r & 7)) * 16));
+        act_k[i] = real ? 8 * c : p.Kdim;
+    }
     auto load_stage = [&](int kc) {
         const uint32_t st = base + (uint32_t)((kc % STAGES) * STAGE_BYTES);
-        for (int idx = tid; idx < BN * 8; idx += THREADS) {
-            const int r = idx / 8, c = idx % 8, k = kc * WG_KC + 8 * c;
-            const bool valid = r < rows && k < p.Kdim;
-            const uint16_t *src = valid ? p.a_src + (size_t)tok_row[r] * p.Kdim + k : p.a_src;
-            cp_async16(st + (uint32_t)(r * 128 + ((c ^ (r & 7)) * 16)), src, valid);
+#pragma unroll
+        for (int i = 0; i < ACT_COPIES; i++) {
+            if (tid + i * THREADS >= BN * 8) break;
+            const bool valid = act_k[i] + kc * WG_KC < p.Kdim;
+            cp_async16(st + act_dst[i], valid ? act_src[i] + kc * WG_KC : p.a_src, valid);
         }
         cp_async16(st + A_OFF + copy_tile * WG_A_BYTES + copy_idx * 16,
                    copy_real ? codes + (size_t)kc * WG_A_BYTES : codes, copy_real);
@@ -284,15 +353,20 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
                      : "=r"(sw)
                      : "r"(st + S_OFF + my_tile * WG_S_BYTES + (my_warp * 8 + g) * 4)
                      : "memory");
+        /* scales of rows g and g + 8: bytes 0, 1 for steps 0, 1; bytes 2, 3 for steps 2, 3; a
+         * warp takes the two-product decode when any of its lanes has a scale above the limit */
+        if (!__any_sync(0xFFFFFFFFu, __vcmpgtu4(sw, 0x01010101u * WG_ONE_PRODUCT_MAX_SCALE))) {
+            const uint32_t s0 = scale_one_product(sw, 0), s1 = scale_one_product(sw, 1);
+            const uint32_t s2 = scale_one_product(sw, 2), s3 = scale_one_product(sw, 3);
+            const uint32_t lo[4] = {s0, s1, s0, s1}, hi[4] = {s2, s3, s2, s3};
 #pragma unroll
-        for (int s = 0; s < 4; s++) {
-            e2m1x8_to_bf16x4(w[s], a[s]);
-            const uint32_t scale_g = e8m0_bf16x2((sw >> (16 * (s / 2))) & 0xFFu);
-            const uint32_t scale_g8 = e8m0_bf16x2((sw >> (16 * (s / 2) + 8)) & 0xFFu);
-            a[s][0] = mul_bf16x2(a[s][0], scale_g);
-            a[s][1] = mul_bf16x2(a[s][1], scale_g8);
-            a[s][2] = mul_bf16x2(a[s][2], scale_g);
-            a[s][3] = mul_bf16x2(a[s][3], scale_g8);
+            for (int s = 0; s < 4; s++) decode_word<false>(w[s], s < 2 ? lo : hi, a[s]);
+        } else {
+            const uint32_t s0 = scale_two_products(sw, 0), s1 = scale_two_products(sw, 1);
+            const uint32_t s2 = scale_two_products(sw, 2), s3 = scale_two_products(sw, 3);
+            const uint32_t lo[4] = {s0, s1, s0, s1}, hi[4] = {s2, s3, s2, s3};
+#pragma unroll
+            for (int s = 0; s < 4; s++) decode_word<true>(w[s], s < 2 ? lo : hi, a[s]);
         }
     };
     float acc[BN / 2];
@@ -312,19 +386,19 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     constexpr int LOOKAHEAD = PIPE ? STAGES - 2 : STAGES - 1;
 #pragma unroll
     for (int s = 0; s < LOOKAHEAD; s++) {
-        if (s < n_kc) load_stage(s);
+        if (kc_begin + s < kc_end) load_stage(kc_begin + s);
         cp_async_commit();
     }
     auto begin_stage = [&](int kc) {
         cp_async_wait<LOOKAHEAD - 1>(); /* this thread's copies of stage kc have landed */
         fence_proxy_async();
         __syncthreads(); /* everyone's have; the slot refilled next is no longer read */
-        if (kc + LOOKAHEAD < n_kc) load_stage(kc + LOOKAHEAD);
+        if (kc + LOOKAHEAD < kc_end) load_stage(kc + LOOKAHEAD);
         cp_async_commit();
     };
     if (!PIPE) {
         uint32_t a[4][4];
-        for (int kc = 0; kc < n_kc; kc++) {
+        for (int kc = kc_begin; kc < kc_end; kc++) {
             begin_stage(kc);
             decode_stage(kc, a);
             mma_stage(kc, a);
@@ -332,13 +406,13 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
         }
     } else {
         uint32_t a0[4][4], a1[4][4];
-        for (int kc = 0; kc < n_kc; kc += 2) {
+        for (int kc = kc_begin; kc < kc_end; kc += 2) {
             begin_stage(kc);
             decode_stage(kc, a0);
             mma_stage(kc, a0);
             wgmma_wait_one();
             keep_regs(a1);
-            if (kc + 1 >= n_kc) break;
+            if (kc + 1 >= kc_end) break;
             begin_stage(kc + 1);
             decode_stage(kc + 1, a1);
             mma_stage(kc + 1, a1);
@@ -354,6 +428,44 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     /* acc[4j + e]: row g, column 8j + 2t + e; acc[4j + 2 + e]: row g + 8 */
     if (RT * rtb + my_tile >= n_rt) return;
     const int t = lane % 4;
+    if (KS > 1) {
+        /* Slice ks's sums of the real columns go to its place in the scratch; the block that
+         * finishes its (tile, row tile) last adds the KS slices in slice order, so a sum has
+         * one order whichever block comes last. */
+        const size_t pair = (size_t)tile_i * n_rt + rt;
+        float *mine = split.partial + (pair * KS + ks) * (WG_ROWS * BN);
+        const int row = 16 * my_warp + g;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int m = 8 * j + 2 * t + e;
+                if (m >= rows) continue;
+                mine[m * WG_ROWS + row] = acc[4 * j + e];
+                mine[m * WG_ROWS + row + 8] = acc[4 * j + 2 + e];
+            }
+        __threadfence(); /* the slice is visible before the count says so */
+        __syncthreads();
+        if (tid == 0) last_slice = atomicAdd(&split.counters[pair], 1) == KS - 1;
+        __syncthreads();
+        if (!last_slice) return;
+        __threadfence();
+        const float *slices = split.partial + pair * KS * (WG_ROWS * BN);
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int m = 8 * j + 2 * t + e;
+                if (m >= rows) continue;
+                float lo = __ldcg(slices + m * WG_ROWS + row), hi = __ldcg(slices + m * WG_ROWS + row + 8);
+                for (int k = 1; k < KS; k++) {
+                    lo += __ldcg(slices + (size_t)k * (WG_ROWS * BN) + m * WG_ROWS + row);
+                    hi += __ldcg(slices + (size_t)k * (WG_ROWS * BN) + m * WG_ROWS + row + 8);
+                }
+                acc[4 * j + e] = lo, acc[4 * j + 2 + e] = hi;
+            }
+        if (tid == 0) split.counters[pair] = 0; /* ready for the next launch */
+    }
 #pragma unroll
     for (int j = 0; j < BN / 8; j++)
 #pragma unroll
@@ -373,7 +485,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
         }
 }
 
-template <int STAGE, int BN, int STAGES, int RT, bool PIPE>
+template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS>
 moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K, stream_args p,
                   const uint8_t *codes, const uint8_t *scales, moe_error *err) {
     if (T == 0 || ex->E == 0) return MOE_OK;
@@ -382,14 +494,17 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
                         "cuda: the wgmma expert kernels read MXFP4 weights packed at create()");
     p.w_mx = codes, p.w_scale = scales;
     const int n_rtb = (wg_row_tiles(STAGE, p.N) + RT - 1) / RT;
-    const long blocks = (long)n_rtb * moe_cuda_tile_bound(T, K, ex->E, BN);
+    const long blocks = (long)n_rtb * moe_cuda_tile_bound(T, K, ex->E, BN) * KS;
+    const wg_split split = {ex->split_partial, ex->split_counters};
+    if (KS > 1 && (!split.partial || !split.counters || T > MOE_CUDA_WG_SPLIT_MAX_T))
+        return moe_fail(err, MOE_ERR_INTERNAL, "cuda: split wgmma kernels for T = %d without scratch", T);
     if (blocks > 0x7FFFFFFFL)
         return moe_fail(err, MOE_ERR_UNSUPPORTED, "cuda: expert wgmma%d grid of %ld blocks too large",
                         STAGE, blocks);
     const int smem = wg_smem_bytes<BN, RT, STAGES>();
-    auto kernel = expert_wgmma_kernel<STAGE, BN, STAGES, RT, PIPE>;
+    auto kernel = expert_wgmma_kernel<STAGE, BN, STAGES, RT, PIPE, KS>;
     CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<(unsigned)blocks, WG_THREADS * RT, smem, stream>>>(p);
+    kernel<<<(unsigned)blocks, WG_THREADS * RT, smem, stream>>>(p, split);
     LAUNCH_CHECK(STAGE == 1 ? "expert_wgmma_kernel<gemm1>" : "expert_wgmma_kernel<gemm2>");
     return MOE_OK;
 }
@@ -419,28 +534,46 @@ moe_status moe_cuda_wgmma_pack(cudaStream_t stream, moe_cuda_experts *ex, moe_er
     return st;
 }
 
-#define WGMMA_LAUNCHERS(BN, STAGES, RT, PIPE)                                                     \
-    moe_status moe_cuda_expert_wg1_##BN(cudaStream_t stream, const moe_cuda_experts *ex, int T,   \
-                                        int K, const uint16_t *x, const int32_t *counts,          \
-                                        const int32_t *perm, const moe_cuda_tile *tiles,          \
-                                        const int32_t *n_tiles, uint16_t *h, moe_error *err) {    \
+size_t moe_cuda_wgmma_split_floats(int T, int K, int E, int D, int IL) {
+    const int n_rt = wg_row_tiles(1, 2 * IL) > wg_row_tiles(2, D) ? wg_row_tiles(1, 2 * IL) : wg_row_tiles(2, D);
+    return (size_t)moe_cuda_tile_bound(T, K, E, 16) * n_rt * MOE_CUDA_WG_SPLIT * WG_ROWS * 16;
+}
+size_t moe_cuda_wgmma_split_counters(int T, int K, int E, int D, int IL) {
+    const int n_rt = wg_row_tiles(1, 2 * IL) > wg_row_tiles(2, D) ? wg_row_tiles(1, 2 * IL) : wg_row_tiles(2, D);
+    return (size_t)moe_cuda_tile_bound(T, K, E, 16) * n_rt;
+}
+
+#define WGMMA_LAUNCHERS(NAME, BN, STAGES, RT, PIPE, KS)                                           \
+    moe_status moe_cuda_expert_wg1_##NAME(cudaStream_t stream, const moe_cuda_experts *ex, int T, \
+                                          int K, const uint16_t *x, const int32_t *counts,        \
+                                          const int32_t *perm, const moe_cuda_tile *tiles,        \
+                                          const int32_t *n_tiles, uint16_t *h, moe_error *err) {  \
         const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);    \
-        return launch<1, BN, STAGES, RT, PIPE>(stream, ex, T, K, p, ex->w13_wg, ex->w13_wg_scale, \
-                                               err);                                              \
+        return launch<1, BN, STAGES, RT, PIPE, KS>(stream, ex, T, K, p, ex->w13_wg,               \
+                                                   ex->w13_wg_scale, err);                        \
     }                                                                                             \
-    moe_status moe_cuda_expert_wg2_##BN(cudaStream_t stream, const moe_cuda_experts *ex, int T,   \
-                                        int K, const uint16_t *h, const int32_t *counts,          \
-                                        const int32_t *perm, const moe_cuda_tile *tiles,          \
-                                        const int32_t *n_tiles, float *y, moe_error *err) {       \
+    moe_status moe_cuda_expert_wg2_##NAME(cudaStream_t stream, const moe_cuda_experts *ex, int T, \
+                                          int K, const uint16_t *h, const int32_t *counts,        \
+                                          const int32_t *perm, const moe_cuda_tile *tiles,        \
+                                          const int32_t *n_tiles, float *y, moe_error *err) {     \
         const stream_args p = stream_args_gemm2(ex, T, h, counts, perm, tiles, n_tiles, y);       \
-        return launch<2, BN, STAGES, RT, PIPE>(stream, ex, T, K, p, ex->w2_wg, ex->w2_wg_scale,   \
-                                               err);                                              \
+        return launch<2, BN, STAGES, RT, PIPE, KS>(stream, ex, T, K, p, ex->w2_wg,                \
+                                                   ex->w2_wg_scale, err);                         \
     }
 
 /* Measured on an H200, Inkling-Small (docs/device-notes.md): for 16 and 32 rows one row tile a
  * block without the register pipeline was fastest (T = 64, 512); for 128 rows two row tiles a
  * block (the activation tile read from L2 once per 256 weight rows) with the pipeline, 6313
- * against 6663 us for the layer at T = 4096. */
-WGMMA_LAUNCHERS(16, 6, 1, false)
-WGMMA_LAUNCHERS(32, 6, 1, false)
-WGMMA_LAUNCHERS(128, 4, 2, true)
+ * against 6663 us for the layer at T = 4096. The split reduction gives a few tokens' few
+ * tiles enough blocks to keep every multiprocessor streaming. */
+WGMMA_LAUNCHERS(16, 16, 6, 1, false, 1)
+WGMMA_LAUNCHERS(32, 32, 6, 1, false, 1)
+WGMMA_LAUNCHERS(128, 128, 4, 2, true, 1)
+moe_status moe_cuda_expert_wg1_16_split(cudaStream_t stream, const moe_cuda_experts *ex, int T,
+                                        int K, const uint16_t *x, const int32_t *counts,
+                                        const int32_t *perm, const moe_cuda_tile *tiles,
+                                        const int32_t *n_tiles, uint16_t *h, moe_error *err) {
+    const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);
+    return launch<1, 16, 6, 1, false, MOE_CUDA_WG_SPLIT>(stream, ex, T, K, p, ex->w13_wg,
+                                                         ex->w13_wg_scale, err);
+}

@@ -47,12 +47,12 @@
 #define MOE_CUDA_TILE_M 32
 #define MOE_CUDA_GEMV_M 8
 
-/* The expert GEMM variant a layer uses. AUTO takes, for MXFP4 experts, the mma kernels
- * (cuda_experts_mma.cu, tiles of MOE_CUDA_GEMV_M rows) while T is at most MOE_CUDA_MMA_MAX_T
- * and the wgmma kernels (cuda_experts_wgmma.cu) above; the tensor-core wmma kernels
- * (cuda_experts.cu) for bf16 and NVFP4 experts. The others force one kind (the harness fuzzes
- * each by name); GEMV, the older weight-streaming kernels, stays as a variant to compare; the
- * mma kernels forced take tiles of twice MOE_CUDA_GEMV_M rows above MOE_CUDA_MMA_NARROW_MAX_T.
+/* The expert GEMM variant a layer uses. AUTO takes, for MXFP4 experts, the wgmma kernels
+ * (cuda_experts_wgmma.cu; GEMM1 with its reduction split for T <= MOE_CUDA_WG_SPLIT_MAX_T)
+ * and the tensor-core wmma kernels (cuda_experts.cu) for bf16 and NVFP4 experts. The others
+ * force one kind (the harness fuzzes each by name); GEMV and mma, the older weight-streaming
+ * kernels, stay as variants to compare; the mma kernels forced take tiles of twice
+ * MOE_CUDA_GEMV_M rows above MOE_CUDA_MMA_NARROW_MAX_T.
  * Measured on an H200, Inkling-Small (docs/perf-cuda.md). */
 typedef enum {
     MOE_CUDA_EXPERTS_AUTO,
@@ -62,7 +62,6 @@ typedef enum {
     MOE_CUDA_EXPERTS_WGMMA,
 } moe_cuda_variant;
 #define MOE_CUDA_MMA_NARROW_MAX_T 64
-#define MOE_CUDA_MMA_MAX_T 8
 
 /* The path's tiling constants as shape hints (moe.h), ended by {NULL}: cuda_experts.cu. */
 extern const moe_shape_hint moe_cuda_shape_hints[];
@@ -136,6 +135,9 @@ typedef struct {
     const uint16_t *w2_bf16;  /* [E, D, IL] */
     /* MXFP4 re-laid out for the wgmma kernels by moe_cuda_wgmma_pack, or NULL */
     uint8_t *w13_wg, *w13_wg_scale, *w2_wg, *w2_wg_scale;
+    /* scratch of the split wgmma kernels for up to MOE_CUDA_WG_SPLIT_MAX_T tokens (workspace) */
+    float *split_partial;
+    int32_t *split_counters;
     int E, D, IL;
     bool mxfp4;               /* MXFP4 (the GEMV kernels read only this one) */
     bool nvfp4;               /* NVFP4 (grouped tensor-core GEMMs) */
@@ -166,9 +168,18 @@ moe_cuda_expert_gemm2_fn moe_cuda_expert_gemv2;
 moe_cuda_expert_gemm1_fn moe_cuda_expert_mma1, moe_cuda_expert_mma1_m16;
 moe_cuda_expert_gemm2_fn moe_cuda_expert_mma2, moe_cuda_expert_mma2_m16;
 /* Warpgroup MMA (wgmma) on MXFP4 packed by moe_cuda_wgmma_pack (cuda_experts_wgmma.cu): tiles
- * of 16, 32 or 128 rows (the suffix). */
-moe_cuda_expert_gemm1_fn moe_cuda_expert_wg1_16, moe_cuda_expert_wg1_32, moe_cuda_expert_wg1_128;
+ * of 16, 32 or 128 rows (the suffix); wg1_16_split: GEMM1 on tiles of 16 rows with its
+ * reduction split into MOE_CUDA_WG_SPLIT slices, for T <= MOE_CUDA_WG_SPLIT_MAX_T, through
+ * ex's split scratch (a few tokens have too few tiles to keep every multiprocessor streaming;
+ * GEMM2's reduction of IL values split so had too few stages a block and was slower). */
+moe_cuda_expert_gemm1_fn moe_cuda_expert_wg1_16, moe_cuda_expert_wg1_32, moe_cuda_expert_wg1_128,
+    moe_cuda_expert_wg1_16_split;
 moe_cuda_expert_gemm2_fn moe_cuda_expert_wg2_16, moe_cuda_expert_wg2_32, moe_cuda_expert_wg2_128;
+#define MOE_CUDA_WG_SPLIT 4
+#define MOE_CUDA_WG_SPLIT_MAX_T 4
+/* The split scratch for T tokens: fp32 partial sums and int32 arrival counts (zeroed once). */
+size_t moe_cuda_wgmma_split_floats(int T, int K, int E, int D, int IL);
+size_t moe_cuda_wgmma_split_counters(int T, int K, int E, int D, int IL);
 /* Allocates ex's w13_wg .. w2_wg_scale and fills them from its MXFP4 codes and scales on the
  * stream (the caller frees them with cudaFree). */
 moe_status moe_cuda_wgmma_pack(cudaStream_t stream, moe_cuda_experts *ex, moe_error *err);
