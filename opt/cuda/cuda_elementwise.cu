@@ -44,25 +44,46 @@ __global__ void sink_swiglu_kernel(int K, int S, int SIL, const uint16_t *gu,
 }
 
 /* ids [T, K], weights [T, K+S], bad [T], y [T*K, D], sink_y [T, D] or NULL, out [T, D]. */
+/* VEC consecutive elements a thread (float4 loads where D % 4 == 0: about 2x the scalar
+ * kernel's bandwidth at T = 4096, docs/perf-cuda.md); each element's sum is the same fixed
+ * chain of fused multiply-adds whatever VEC. */
+template <int VEC>
 __global__ void combine_kernel(int D, int K, int S, int E, int expert_first, const int32_t *ids,
                                const float *weights, const int32_t *bad, const float *y,
                                const float *sink_y, float *out) {
     const int t = blockIdx.x;
-    const int d = blockIdx.y * blockDim.x + threadIdx.x;
+    const int d = (blockIdx.y * blockDim.x + threadIdx.x) * VEC;
     if (d >= D) return;
     float *o = out + (size_t)t * D + d;
     if (bad[t]) {
-        *o = NAN;
+#pragma unroll
+        for (int i = 0; i < VEC; i++) o[i] = NAN;
         return;
     }
-    float acc = 0.0f;
+    float acc[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; i++) acc[i] = 0.0f;
     for (int k = 0; k < K; k++) {
         const int el = ids[(size_t)t * K + k] - expert_first;
         if (el < 0 || el >= E) continue; /* another rank's expert */
-        acc = fmaf(weights[(size_t)t * (K + S) + k], y[((size_t)t * K + k) * D + d], acc);
+        const float w = weights[(size_t)t * (K + S) + k];
+        const float *row = y + ((size_t)t * K + k) * D + d;
+        float v[VEC];
+        if (VEC == 4) {
+            const float4 q = *reinterpret_cast<const float4 *>(row);
+            v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+        } else {
+#pragma unroll
+            for (int i = 0; i < VEC; i++) v[i] = row[i];
+        }
+#pragma unroll
+        for (int i = 0; i < VEC; i++) acc[i] = fmaf(w, v[i], acc[i]);
     }
-    if (sink_y) acc += sink_y[(size_t)t * D + d];
-    *o = __bfloat162float(__float2bfloat16_rn(acc));
+#pragma unroll
+    for (int i = 0; i < VEC; i++) {
+        if (sink_y) acc[i] += sink_y[(size_t)t * D + d + i];
+        o[i] = __bfloat162float(__float2bfloat16_rn(acc[i]));
+    }
 }
 
 /* See moe_cuda_stage_rows. grid (rows, ceil(cols / threads)). */
@@ -103,8 +124,12 @@ moe_status moe_cuda_combine(cudaStream_t stream, int T, int D, int K, int S, int
                             const int32_t *bad, const float *y, const float *sink_y, float *out,
                             moe_error *err) {
     if (T == 0) return MOE_OK;
-    combine_kernel<<<dim3((unsigned)T, blocks_for(D)), ELEMENTWISE_THREADS, 0, stream>>>(
-        D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out);
+    if (D % 4 == 0)
+        combine_kernel<4><<<dim3((unsigned)T, blocks_for(D / 4)), ELEMENTWISE_THREADS, 0, stream>>>(
+            D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out);
+    else
+        combine_kernel<1><<<dim3((unsigned)T, blocks_for(D)), ELEMENTWISE_THREADS, 0, stream>>>(
+            D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out);
     LAUNCH_CHECK("combine_kernel");
     return MOE_OK;
 }
