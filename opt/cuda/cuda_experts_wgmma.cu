@@ -425,25 +425,28 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     }
     cp_async_wait<0>();
 
-    /* acc[4j + e]: row g, column 8j + 2t + e; acc[4j + 2 + e]: row g + 8 */
+    /* acc[4j + e]: row g, column 8j + 2t + e; acc[4j + 2 + e]: row g + 8. f(lo, hi, m) for
+     * each real column m of this thread: its sums of rows g and g + 8. */
     if (RT * rtb + my_tile >= n_rt) return;
     const int t = lane % 4;
+    auto each_real_column = [&](auto &&f) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                if (8 * j + 2 * t + e < rows) f(acc[4 * j + e], acc[4 * j + 2 + e], 8 * j + 2 * t + e);
+    };
     if (KS > 1) {
         /* Slice ks's sums of the real columns go to its place in the scratch; the block that
          * finishes its (tile, row tile) last adds the KS slices in slice order, so a sum has
          * one order whichever block comes last. */
         const size_t pair = (size_t)tile_i * n_rt + rt;
-        float *mine = split.partial + (pair * KS + ks) * (WG_ROWS * BN);
         const int row = 16 * my_warp + g;
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int m = 8 * j + 2 * t + e;
-                if (m >= rows) continue;
-                mine[m * WG_ROWS + row] = acc[4 * j + e];
-                mine[m * WG_ROWS + row + 8] = acc[4 * j + 2 + e];
-            }
+        float *mine = split.partial + (pair * KS + ks) * (WG_ROWS * BN);
+        each_real_column([&](float &lo, float &hi, int m) {
+            mine[m * WG_ROWS + row] = lo;
+            mine[m * WG_ROWS + row + 8] = hi;
+        });
         __threadfence(); /* the slice is visible before the count says so */
         __syncthreads();
         if (tid == 0) last_slice = atomicAdd(&split.counters[pair], 1) == KS - 1;
@@ -451,38 +454,26 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
         if (!last_slice) return;
         __threadfence();
         const float *slices = split.partial + pair * KS * (WG_ROWS * BN);
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int m = 8 * j + 2 * t + e;
-                if (m >= rows) continue;
-                float lo = __ldcg(slices + m * WG_ROWS + row), hi = __ldcg(slices + m * WG_ROWS + row + 8);
-                for (int k = 1; k < KS; k++) {
-                    lo += __ldcg(slices + (size_t)k * (WG_ROWS * BN) + m * WG_ROWS + row);
-                    hi += __ldcg(slices + (size_t)k * (WG_ROWS * BN) + m * WG_ROWS + row + 8);
-                }
-                acc[4 * j + e] = lo, acc[4 * j + 2 + e] = hi;
+        each_real_column([&](float &lo, float &hi, int m) {
+            lo = __ldcg(slices + m * WG_ROWS + row), hi = __ldcg(slices + m * WG_ROWS + row + 8);
+            for (int k = 1; k < KS; k++) {
+                lo += __ldcg(slices + (size_t)k * (WG_ROWS * BN) + m * WG_ROWS + row);
+                hi += __ldcg(slices + (size_t)k * (WG_ROWS * BN) + m * WG_ROWS + row + 8);
             }
+        });
         if (tid == 0) split.counters[pair] = 0; /* ready for the next launch */
     }
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int m = 8 * j + 2 * t + e;
-            if (m >= rows) continue;
-            const size_t a = (size_t)row_src[m];
-            if (STAGE == 1) {
-                const int c = 64 * rt + 8 * my_warp + g;
-                if (c < p.N / 2)
-                    p.h_out[a * (p.N / 2) + c] = swiglu_bits(acc[4 * j + e], acc[4 * j + 2 + e]);
-            } else {
-                const int r = WG_ROWS * rt + 16 * my_warp + g;
-                if (r < p.N) p.y_out[a * p.N + r] = acc[4 * j + e];
-                if (r + 8 < p.N) p.y_out[a * p.N + r + 8] = acc[4 * j + 2 + e];
-            }
+    each_real_column([&](float &lo, float &hi, int m) {
+        const size_t a = (size_t)row_src[m];
+        if (STAGE == 1) {
+            const int c = 64 * rt + 8 * my_warp + g;
+            if (c < p.N / 2) p.h_out[a * (p.N / 2) + c] = swiglu_bits(lo, hi);
+        } else {
+            const int r = WG_ROWS * rt + 16 * my_warp + g;
+            if (r < p.N) p.y_out[a * p.N + r] = lo;
+            if (r + 8 < p.N) p.y_out[a * p.N + r + 8] = hi;
         }
+    });
 }
 
 template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS>
