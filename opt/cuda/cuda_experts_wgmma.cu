@@ -1,6 +1,6 @@
 /*
  * cuda_experts_wgmma.cu: the routed experts' two GEMMs on Hopper's warpgroup MMA (wgmma,
- * sm_90a) for calls with many rows per expert (prefill). Same results contract as
+ * sm_90a), the path `cuda`'s MXFP4 kernels at every T. Same results contract as
  * cuda_experts.cu (serving, contract.md [precision.serving]); MXFP4 only.
  *
  * Why: the wmma kernels (cuda_experts.cu) decode into shared memory and reach 70-95 TFLOP/s
@@ -15,26 +15,31 @@
  *     the tokens an expert has (wgmma's n) while the weight rows stay 64 a warpgroup;
  *   - create() re-lays the MXFP4 weights out once (wgmma_pack below): per 128-row tile and
  *     64-value chunk of the reduction, 16 bytes per lane holding exactly the E2M1 codes of its
- *     A fragments, and one scale word per row pair; rows past the matrix and values past Kdim
- *     are zero codes with scale 1;
- *   - a weight is decoded to bf16 in registers (byte permutes, cuda_device.cuh) and multiplied
- *     by its E8M0 scale as a bf16 power of two: exact, as every E2M1 value times a power of two
- *     in range is a bf16 (moe_shard_build refuses scales that overflow); products are exact
- *     and summed in fp32 by the tensor cores in one fixed k order, so outputs depend on
- *     nothing but their own row and column;
+ *     A fragments, each register's codes at the bits decode_word reads (cuda_wgmma_layout.h), and one
+ *     scale word per row pair; rows past the matrix and values past Kdim are zero codes with
+ *     scale 1;
+ *   - a register's codes become bf16 by a rotation and a mask (the magnitude bits at bf16 bits
+ *     8..6: the E2M1 value times 2^-126) and one bf16 product by 2^(e - 1), their scale times
+ *     2^126 (two products where that is no bf16), the signs merged after: exact, as every E2M1
+ *     value times a power of two in range is a bf16 (moe_shard_build refuses scales that
+ *     overflow); products are exact and summed in fp32 by the tensor cores in one fixed k
+ *     order, so outputs depend on nothing but their own row and column;
  *   - weights, scales and activations move by cp.async through a STAGES-deep ring of
  *     shared-memory stages (activation rows past the tile or values past Kdim are zero-filled);
  *     activations are stored in the 128-byte swizzle that the wgmma descriptor names;
+ *   - KS > 1 (GEMM1 for a few tokens): block ks of a tile takes chunks [ks n/KS, (ks+1) n/KS)
+ *     and the last block to finish adds the KS slices' sums in slice order;
  *   - GEMM1's warp rows g and g + 8 are the gate and up rows of one intermediate channel, so
  *     SwiGLU is cuda_experts.cu's epilogue in registers; GEMM2 writes y in fp32.
  *
- * Measured on an H200, Inkling-Small (docs/perf-cuda.md): GEMM1 + GEMM2 at 1.8 TB/s at
- * T = 64, 1.4-1.5 TB/s at T = 512 and 217-229 TFLOP/s at T = 4096, against 1.3-1.5 TB/s,
- * 0.65-0.76 TB/s and 71-75 TFLOP/s for the mma and wmma kernels the path took before. The
- * profiles put the limit in the decode's instructions (T = 512) and in fixed-latency waits
- * and the block barrier (T = 4096), not in a memory or tensor unit.
+ * Measured on an H200, Inkling-Small (docs/perf-cuda.md): GEMM1 + GEMM2 at 1.1-1.4 TB/s at
+ * T = 1, 1.9 TB/s at T = 8, 2.3 TB/s at T = 64, 1.9-2.0 TB/s at T = 512 and 260-285 TFLOP/s
+ * at T = 4096. The profiles put the limit in issued instructions (T = 512: 41 a word of 8
+ * weights, 17 of them the decode; ALU pipe 58 % busy) and in fixed-latency waits and the
+ * block barrier (T = 4096), not in a memory or tensor unit.
  */
 #include "cuda_device.cuh"
+#include "cuda_wgmma_layout.h"
 
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -67,18 +72,10 @@ __host__ __device__ inline int wg_source_row(int stage, int N, int rt, int r) {
     return row < N ? row : -1;
 }
 
-/* Where wgmma_pack_codes puts the bits of register j's two codes in a lane's word, so that
- * decode_word (below) needs one rotation, mask and product a register: the three magnitude bits
- * of the code of half h (h = 0: value k, h = 1: value k + 1) sit at bits 6 + 16h + MAG_ROT[j]
- * .. 8 + 16h + MAG_ROT[j] and its sign at 15 + 16h + SIGN_ROT[j] (mod 32). A search over all
- * rotations found no layout where every register's bits are one rotation of the word; this one
- * needs five rotations and two sign merges for four registers. */
-__host__ __device__ inline int wg_mag_rot(int j) { return 3 * j; }           /* 0, 3, 6, 9 */
-__host__ __device__ inline int wg_sign_rot(int j) { return j == 0 ? 4 : j == 3 ? 5 : 3 * j; }
-
 /* One 32-bit word of lane (g, t) of warp w, k16 step s of chunk kc: the codes of its four A
  * fragment registers, j = 0: values (k, k+1) of row g, 1: of row g + 8, 2: (k+8, k+9) of row
- * g, 3: of row g + 8, k = 16 s + 2 t, at the bits named above. One thread a word. */
+ * g, 3: of row g + 8, k = 16 s + 2 t, at the bits cuda_wgmma_layout.h names. One thread a
+ * word. */
 __global__ void wgmma_pack_codes(int stage, int E, int N, int Kdim, const uint8_t *w_mx,
                                  uint32_t *out) {
     const int n_rt = wg_row_tiles(stage, N), n_kc = wg_chunks(Kdim);
@@ -96,12 +93,9 @@ __global__ void wgmma_pack_codes(int stage, int E, int N, int Kdim, const uint8_
             const int k = WG_KC * kc + 16 * s + 2 * t + 8 * (j >> 1);
             if (src < 0 || k >= Kdim) continue;
             const uint32_t pair = w_mx[((size_t)e * N + src) * row_bytes + k / 2];
-            for (int h = 0; h < 2; h++) {
-                const uint32_t code = (pair >> (4 * h)) & 0xFu;
-                for (int b = 0; b < 3; b++) /* bit by bit: the group may wrap past bit 31 */
-                    word |= ((code >> b) & 1u) << ((6 + 16 * h + b + wg_mag_rot(j)) % 32);
-                if (code & 8u) word |= 1u << ((15 + 16 * h + wg_sign_rot(j)) % 32);
-            }
+            for (int h = 0; h < 2; h++)
+                for (int b = 0; b < 4; b++) /* bit by bit: a group may wrap past bit 31 */
+                    word |= ((pair >> (4 * h + b)) & 1u) << moe_wg_code_bit(j, h, b);
         }
         out[i] = word;
     }
@@ -218,7 +212,7 @@ __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
     asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
-__device__ __forceinline__ uint32_t rotr(uint32_t w, int n) { return __funnelshift_r(w, w, n); }
+__device__ __forceinline__ uint32_t rotr(uint32_t w, int n) { return n ? __funnelshift_r(w, w, n) : w; }
 
 /* A code's magnitude bits (e1 e0 m) placed at bits 8..6 of a bf16 are that E2M1 magnitude times
  * 2^-126 (exponent field e1 e0, 0.5 the subnormal 2^-127), so one bf16 product by 2^(e - 1)
@@ -241,15 +235,14 @@ __device__ __forceinline__ uint32_t scale_two_products(uint32_t sw, int byte) {
  * sign bits are merged after the product (a sign flip is exact). */
 template <bool TWO>
 __device__ __forceinline__ void decode_word(uint32_t w, const uint32_t (&sc)[4], uint32_t (&a)[4]) {
-    const uint32_t MAG = 0x01C001C0u, SIGN = 0x80008000u, BOTH = MAG | SIGN;
-    uint32_t m[4] = {w & MAG, rotr(w, 3) & BOTH, rotr(w, 6) & BOTH, rotr(w, 9) & MAG};
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        if (TWO) m[j] = mul_bf16x2(m[j], 0x7E807E80u); /* 2^126: the code's own value */
-        a[j] = mul_bf16x2(m[j], sc[j]);
+        const bool own_sign = moe_wg_sign_rot(j) == moe_wg_mag_rot(j);
+        uint32_t m = rotr(w, moe_wg_mag_rot(j)) & (own_sign ? MOE_WG_MAG_BITS | MOE_WG_SIGN_BITS : MOE_WG_MAG_BITS);
+        if (TWO) m = mul_bf16x2(m, 0x7E807E80u); /* 2^126: the code's own value */
+        a[j] = mul_bf16x2(m, sc[j]);
+        if (!own_sign) a[j] ^= rotr(w, moe_wg_sign_rot(j)) & MOE_WG_SIGN_BITS;
     }
-    a[0] ^= rotr(w, 4) & SIGN;
-    a[3] ^= rotr(w, 5) & SIGN;
 }
 
 /* Bytes of one pipeline stage: BN activation rows of WG_KC bf16 (128 bytes, swizzled), then

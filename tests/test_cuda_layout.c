@@ -1,0 +1,90 @@
+/*
+ * test_cuda_layout.c: the wgmma kernels' packed E2M1 layout (opt/cuda/cuda_wgmma_layout.h),
+ * checked on any machine: the GPU decode's rule, applied here to words packed by the layout's
+ * bit places, must give every code of every register back as the bf16 pattern whose value is
+ * the E2M1 value times 2^-126 (the scale's product then adds the 2^126 back).
+ *
+ * Rules:
+ *   - the expected patterns come from common/numeric.c's E2M1 table and the bf16 format, not
+ *     from the layout;
+ *   - every pair of codes is tried in every register, with the other registers full of other
+ *     codes, so a layout whose registers overlap or leak fails.
+ */
+#include "test_support.h"
+
+#include "../common/numeric.h"
+#include "../opt/cuda/cuda_wgmma_layout.h"
+
+static uint32_t rotr(uint32_t w, int n) { return n ? (w >> n) | (w << (32 - n)) : w; }
+
+/* The word holding codes[j][h] at the layout's places. */
+static uint32_t pack(const uint8_t codes[4][2]) {
+    uint32_t w = 0;
+    for (int j = 0; j < 4; j++)
+        for (int h = 0; h < 2; h++)
+            for (int b = 0; b < 4; b++)
+                w |= (uint32_t)((codes[j][h] >> b) & 1u) << moe_wg_code_bit(j, h, b);
+    return w;
+}
+
+/* Register j as decode_word makes it, before the scale's product (a sign merged after the
+ * product is the same bits here). */
+static uint32_t decode_register(uint32_t w, int j) {
+    const int own_sign = moe_wg_sign_rot(j) == moe_wg_mag_rot(j);
+    uint32_t r = rotr(w, moe_wg_mag_rot(j)) & (own_sign ? MOE_WG_MAG_BITS | MOE_WG_SIGN_BITS : MOE_WG_MAG_BITS);
+    if (!own_sign) r ^= rotr(w, moe_wg_sign_rot(j)) & MOE_WG_SIGN_BITS;
+    return r;
+}
+
+static float bf16_bits_value(uint32_t bits16) {
+    uint32_t u = bits16 << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void test_code_bits_fill_the_word_once(void **state) {
+    (void)state;
+    uint32_t seen = 0;
+    for (int j = 0; j < 4; j++)
+        for (int h = 0; h < 2; h++)
+            for (int b = 0; b < 4; b++) {
+                const int bit = moe_wg_code_bit(j, h, b);
+                assert_true(bit >= 0 && bit < 32);
+                assert_false(seen & (1u << bit)); /* no two codes share a bit */
+                seen |= 1u << bit;
+            }
+    assert_true(seen == 0xFFFFFFFFu);
+}
+
+static void test_decode_gives_every_code_back(void **state) {
+    (void)state;
+    for (int j = 0; j < 4; j++)
+        for (int c0 = 0; c0 < 16; c0++)
+            for (int c1 = 0; c1 < 16; c1++) {
+                uint8_t codes[4][2];
+                for (int o = 0; o < 4; o++) /* the others: codes that differ from this pair */
+                    codes[o][0] = (uint8_t)((c0 + 5 * o + 3) & 15), codes[o][1] = (uint8_t)((c1 + 7 * o + 9) & 15);
+                codes[j][0] = (uint8_t)c0, codes[j][1] = (uint8_t)c1;
+                const uint32_t w = pack(codes);
+                for (int o = 0; o < 4; o++) {
+                    const uint32_t r = decode_register(w, o);
+                    for (int h = 0; h < 2; h++) {
+                        const uint8_t c = codes[o][h];
+                        const float want = ldexpf(moe_e2m1_to_f32(c), -126);
+                        const float got = bf16_bits_value((r >> (16 * h)) & 0xFFFFu);
+                        if (got != want || signbit(got) != signbit(want))
+                            fail_msg("register %d half %d code 0x%X: %g, want %g (word 0x%08X)", o, h,
+                                     c, (double)got, (double)want, w);
+                    }
+                }
+            }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_code_bits_fill_the_word_once),
+        cmocka_unit_test(test_decode_gives_every_code_back),
+    };
+    return cmocka_run_group_tests_name("cuda_layout", tests, NULL, NULL);
+}
