@@ -25,7 +25,8 @@
  *     overflow); products are exact and summed in fp32 by the tensor cores in one fixed k
  *     order, so outputs depend on nothing but their own row and column;
  *   - weights, scales and activations move by cp.async through a STAGES-deep ring of
- *     shared-memory stages (activation rows past the tile or values past Kdim are zero-filled);
+ *     shared-memory stages of CPS 64-value chunks each (activation rows past the tile or values
+ *     past Kdim are zero-filled);
  *     activations are stored in the 128-byte swizzle that the wgmma descriptor names;
  *   - KS > 1 (GEMM1 for a few tokens): block ks of a tile takes chunks [ks n/KS, (ks+1) n/KS)
  *     and the last block to finish adds the KS slices' sums in slice order;
@@ -33,10 +34,11 @@
  *     SwiGLU is cuda_experts.cu's epilogue in registers; GEMM2 writes y in fp32.
  *
  * Measured on an H200, Inkling-Small (docs/perf-cuda.md): GEMM1 + GEMM2 at 1.1-1.4 TB/s at
- * T = 1, 1.9 TB/s at T = 8, 2.3 TB/s at T = 64, 1.9-2.0 TB/s at T = 512 and 260-285 TFLOP/s
- * at T = 4096. The profiles put the limit in issued instructions (T = 512: 41 a word of 8
- * weights, 17 of them the decode; ALU pipe 58 % busy) and in fixed-latency waits and the
- * block barrier (T = 4096), not in a memory or tensor unit.
+ * T = 1, 1.9 TB/s at T = 8, 2.3 TB/s at T = 64, 1.9-2.0 TB/s at T = 512 and 267-299 TFLOP/s
+ * at T = 4096. The profiles put the limit in each warp's serial chain (stage landed, decode,
+ * wgmma, wait) times the warps a multiprocessor holds: taking the copies (66 of the 169
+ * instructions of a chunk in the SASS) off the decoding warps, to a copy warp on mbarriers,
+ * gained nothing (docs/device-notes.md, "night").
  */
 #include "cuda_device.cuh"
 #include "cuda_wgmma_layout.h"
@@ -245,13 +247,14 @@ __device__ __forceinline__ void decode_word(uint32_t w, const uint32_t (&sc)[4],
     }
 }
 
-/* Bytes of one pipeline stage: BN activation rows of WG_KC bf16 (128 bytes, swizzled), then
- * the codes and scale words of RT row tiles; 1024-byte aligned, as the swizzle needs. */
-template <int BN, int RT> __host__ __device__ constexpr int wg_stage_bytes() {
-    return (BN * 128 + RT * (WG_A_BYTES + WG_S_BYTES) + 1023) / 1024 * 1024;
+/* Bytes of one pipeline stage of CPS chunks: per chunk BN activation rows of WG_KC bf16 (128
+ * bytes, swizzled), then the codes of RT row tiles by CPS chunks, then their scale words;
+ * 1024-byte aligned, as the swizzle needs. */
+template <int BN, int RT, int CPS> __host__ __device__ constexpr int wg_stage_bytes() {
+    return (CPS * (BN * 128 + RT * (WG_A_BYTES + WG_S_BYTES)) + 1023) / 1024 * 1024;
 }
-template <int BN, int RT, int STAGES> __host__ __device__ constexpr int wg_smem_bytes() {
-    return STAGES * wg_stage_bytes<BN, RT>() + 1024; /* + alignment of the dynamic base */
+template <int BN, int RT, int STAGES, int CPS> __host__ __device__ constexpr int wg_smem_bytes() {
+    return STAGES * wg_stage_bytes<BN, RT, CPS>() + 1024; /* + alignment of the dynamic base */
 }
 
 /* Scratch of a reduction split into KS slices (moe_cuda_wgmma_split_floats): each slice's sums
@@ -269,159 +272,45 @@ __device__ __forceinline__ void keep_regs(uint32_t (&a)[4][4]) {
         asm volatile("" : "+r"(a[s][0]), "+r"(a[s][1]), "+r"(a[s][2]), "+r"(a[s][3])::"memory");
 }
 
-/* RT row tiles of WG_ROWS (2 RT warpgroups) by BN rows of one tile. p.w_mx / p.w_scale are the
- * packed codes and scale words; block b takes row tiles RT (b % n_rtb) .. of tile b / n_rtb (the
- * row tiles of one tile run side by side, sharing its activation rows in L2). PIPE: the next
- * stage's weights are decoded while the tensor cores still run this one's (two register sets,
- * wgmma.wait_group 1), else each stage waits for its products. */
-template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS>
-__global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_args p, wg_split split) {
-    static_assert(KS == 1 || RT == 1, "a split reduction takes one row tile a block");
-    extern __shared__ uint8_t smem_raw[];
-    __shared__ int row_src[BN];  /* assignment of tile row m, -1 past the tile */
-    __shared__ int tok_row[BN];  /* its activation row */
-    __shared__ bool last_slice;  /* KS > 1: this block adds the slices up */
-    constexpr int THREADS = WG_THREADS * RT;
-    const int n_rt = wg_row_tiles(STAGE, p.N), n_kc = wg_chunks(p.Kdim), n_rtb = (n_rt + RT - 1) / RT;
-    const int ks = (int)(blockIdx.x % (unsigned)KS), block = (int)(blockIdx.x / (unsigned)KS);
-    const int rtb = block % n_rtb, tile_i = block / n_rtb;
-    const int kc_begin = ks * n_kc / KS, kc_end = (ks + 1) * n_kc / KS; /* this block's chunks */
-    if (tile_i >= *p.n_tiles) return;
-    const moe_cuda_tile tile = p.tiles[tile_i];
-    const int rows = tile_rows(tile, p.counts, p.perm, p.T, BN, row_src);
-    __syncthreads();
-    if ((int)threadIdx.x < BN) tok_row[threadIdx.x] = row_src[threadIdx.x] / p.a_row_div;
-    __syncthreads();
-
-    constexpr int B_BYTES = BN * 128, STAGE_BYTES = wg_stage_bytes<BN, RT>();
-    constexpr int A_OFF = B_BYTES, S_OFF = B_BYTES + RT * WG_A_BYTES;
-    const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-    const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
-    const int my_tile = warp / 8, my_warp = warp % 8; /* row tile within the block, warp in it */
-    const int rt = RT * rtb + my_tile;
-    /* the copies of this thread: its row tile's codes (256 threads a tile), scales (16) */
-    const int copy_tile = tid / WG_THREADS, copy_idx = tid % WG_THREADS;
-    const bool copy_real = RT * rtb + copy_tile < n_rt;
-    const size_t chunk0 = ((size_t)tile.expert * n_rt + (copy_real ? RT * rtb + copy_tile : 0)) * n_kc;
-    const uint8_t *codes = p.w_mx + chunk0 * WG_A_BYTES + copy_idx * 16;
-    const uint8_t *scales = p.w_scale + chunk0 * WG_S_BYTES + copy_idx * 16;
-
-    /* The activation copies of this thread, fixed for the whole reduction: 16-byte piece c of
-     * tile row r goes to its swizzled place in every stage; only the k offset moves. */
-    constexpr int ACT_COPIES = (BN * 8 + THREADS - 1) / THREADS;
-    const uint16_t *act_src[ACT_COPIES];
-    uint32_t act_dst[ACT_COPIES];
-    int act_k[ACT_COPIES]; /* the piece's first value in chunk 0; >= Kdim: nothing to copy */
+/* This warp's A fragments of one chunk from the stage's codes at `codes` (its lane's 16 bytes),
+ * decoded and scaled by sw, its row pair's scale word: bytes 0, 1 (rows g, g + 8) for steps 0,
+ * 1; bytes 2, 3 for steps 2, 3. two: a lane of the warp has a scale above the one-product
+ * limit. */
+__device__ __forceinline__ void decode_chunk_at(uint32_t codes, uint32_t sw, bool two, uint32_t (&a)[4][4]) {
+    uint32_t w[4];
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "r"(codes)
+                 : "memory");
+    if (!two) {
+        const uint32_t s0 = scale_one_product(sw, 0), s1 = scale_one_product(sw, 1);
+        const uint32_t s2 = scale_one_product(sw, 2), s3 = scale_one_product(sw, 3);
+        const uint32_t lo[4] = {s0, s1, s0, s1}, hi[4] = {s2, s3, s2, s3};
 #pragma unroll
-    for (int i = 0; i < ACT_COPIES; i++) {
-        const int idx = tid + i * THREADS, r = idx / 8, c = idx % 8;
-        const bool real = idx < BN * 8 && r < rows;
-        act_src[i] = real ? p.a_src + (size_t)tok_row[r] * p.Kdim + 8 * c : p.a_src;
-        act_dst[i] = (uint32_t)(r * 128 + ((c ^ (r & 7)) * 16));
-        act_k[i] = real ? 8 * c : p.Kdim;
-    }
-    auto load_stage = [&](int kc) {
-        const uint32_t st = base + (uint32_t)((kc % STAGES) * STAGE_BYTES);
-#pragma unroll
-        for (int i = 0; i < ACT_COPIES; i++) {
-            if (tid + i * THREADS >= BN * 8) break;
-            const bool valid = act_k[i] + kc * WG_KC < p.Kdim;
-            cp_async16(st + act_dst[i], valid ? act_src[i] + kc * WG_KC : p.a_src, valid);
-        }
-        cp_async16(st + A_OFF + copy_tile * WG_A_BYTES + copy_idx * 16,
-                   copy_real ? codes + (size_t)kc * WG_A_BYTES : codes, copy_real);
-        if (copy_idx < WG_S_BYTES / 16)
-            cp_async16(st + S_OFF + copy_tile * WG_S_BYTES + copy_idx * 16,
-                       copy_real ? scales + (size_t)kc * WG_S_BYTES : scales, copy_real);
-    };
-    /* this warp's A fragments of stage kc, decoded and scaled */
-    auto decode_stage = [&](int kc, uint32_t (&a)[4][4]) {
-        const uint32_t st = base + (uint32_t)((kc % STAGES) * STAGE_BYTES);
-        uint32_t w[4], sw;
-        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                     : "r"(st + A_OFF + my_tile * WG_A_BYTES + (my_warp * 32 + lane) * 16)
-                     : "memory");
-        asm volatile("ld.shared.u32 %0, [%1];\n"
-                     : "=r"(sw)
-                     : "r"(st + S_OFF + my_tile * WG_S_BYTES + (my_warp * 8 + g) * 4)
-                     : "memory");
-        /* scales of rows g and g + 8: bytes 0, 1 for steps 0, 1; bytes 2, 3 for steps 2, 3; a
-         * warp takes the two-product decode when any of its lanes has a scale above the limit */
-        if (!__any_sync(0xFFFFFFFFu, __vcmpgtu4(sw, 0x01010101u * WG_ONE_PRODUCT_MAX_SCALE))) {
-            const uint32_t s0 = scale_one_product(sw, 0), s1 = scale_one_product(sw, 1);
-            const uint32_t s2 = scale_one_product(sw, 2), s3 = scale_one_product(sw, 3);
-            const uint32_t lo[4] = {s0, s1, s0, s1}, hi[4] = {s2, s3, s2, s3};
-#pragma unroll
-            for (int s = 0; s < 4; s++) decode_word<false>(w[s], s < 2 ? lo : hi, a[s]);
-        } else {
-            const uint32_t s0 = scale_two_products(sw, 0), s1 = scale_two_products(sw, 1);
-            const uint32_t s2 = scale_two_products(sw, 2), s3 = scale_two_products(sw, 3);
-            const uint32_t lo[4] = {s0, s1, s0, s1}, hi[4] = {s2, s3, s2, s3};
-#pragma unroll
-            for (int s = 0; s < 4; s++) decode_word<true>(w[s], s < 2 ? lo : hi, a[s]);
-        }
-    };
-    float acc[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
-    auto mma_stage = [&](int kc, uint32_t (&a)[4][4]) {
-        wgmma_fence();
-        const uint64_t desc = smem_desc_sw128(base + (uint32_t)((kc % STAGES) * STAGE_BYTES));
-#pragma unroll
-        for (int s = 0; s < 4; s++) wgmma_bf16<BN>(acc, a[s], desc + 2 * s); /* + 32 bytes a step */
-        wgmma_commit();
-    };
-
-    /* Stage kc's slot is refilled LOOKAHEAD stages later, after a barrier that every thread
-     * reaches only once its wgmmas of stage kc are done (all of them: PIPE waits for all but
-     * the last group, so one stage more stays unwritten). */
-    constexpr int LOOKAHEAD = PIPE ? STAGES - 2 : STAGES - 1;
-#pragma unroll
-    for (int s = 0; s < LOOKAHEAD; s++) {
-        if (kc_begin + s < kc_end) load_stage(kc_begin + s);
-        cp_async_commit();
-    }
-    auto begin_stage = [&](int kc) {
-        cp_async_wait<LOOKAHEAD - 1>(); /* this thread's copies of stage kc have landed */
-        fence_proxy_async();
-        __syncthreads(); /* everyone's have; the slot refilled next is no longer read */
-        if (kc + LOOKAHEAD < kc_end) load_stage(kc + LOOKAHEAD);
-        cp_async_commit();
-    };
-    if (!PIPE) {
-        uint32_t a[4][4];
-        for (int kc = kc_begin; kc < kc_end; kc++) {
-            begin_stage(kc);
-            decode_stage(kc, a);
-            mma_stage(kc, a);
-            wgmma_wait_all();
-        }
+        for (int s = 0; s < 4; s++) decode_word<false>(w[s], s < 2 ? lo : hi, a[s]);
     } else {
-        uint32_t a0[4][4], a1[4][4];
-        for (int kc = kc_begin; kc < kc_end; kc += 2) {
-            begin_stage(kc);
-            decode_stage(kc, a0);
-            mma_stage(kc, a0);
-            wgmma_wait_one();
-            keep_regs(a1);
-            if (kc + 1 >= kc_end) break;
-            begin_stage(kc + 1);
-            decode_stage(kc + 1, a1);
-            mma_stage(kc + 1, a1);
-            wgmma_wait_one();
-            keep_regs(a0);
-        }
-        wgmma_wait_all();
-        keep_regs(a0);
-        keep_regs(a1);
+        const uint32_t s0 = scale_two_products(sw, 0), s1 = scale_two_products(sw, 1);
+        const uint32_t s2 = scale_two_products(sw, 2), s3 = scale_two_products(sw, 3);
+        const uint32_t lo[4] = {s0, s1, s0, s1}, hi[4] = {s2, s3, s2, s3};
+#pragma unroll
+        for (int s = 0; s < 4; s++) decode_word<true>(w[s], s < 2 ? lo : hi, a[s]);
     }
-    cp_async_wait<0>();
+}
+/* True when a lane of the warp has a scale byte in sw above the one-product limit. */
+__device__ __forceinline__ bool scale_needs_two(uint32_t sw) {
+    return __any_sync(0xFFFFFFFFu, __vcmpgtu4(sw, 0x01010101u * WG_ONE_PRODUCT_MAX_SCALE) != 0);
+}
 
-    /* acc[4j + e]: row g, column 8j + 2t + e; acc[4j + 2 + e]: row g + 8. f(lo, hi, m) for
-     * each real column m of this thread: its sums of rows g and g + 8. */
-    if (RT * rtb + my_tile >= n_rt) return;
-    const int t = lane % 4;
+/* The sums of one row tile's warp (acc, wgmma's fragment: acc[4j + e] row g, column 8j + 2t +
+ * e; acc[4j + 2 + e] row g + 8) to h (GEMM1, through SwiGLU) or y (GEMM2). KS > 1: slice ks's
+ * sums of the real columns go to its place in the scratch first; the block that finishes its
+ * (tile, row tile) last adds the KS slices in slice order, so a sum has one order whichever
+ * block comes last. Every thread of the block calls this. */
+template <int STAGE, int BN, int KS>
+__device__ __forceinline__ void store_tile(const stream_args &p, wg_split split, float (&acc)[BN / 2],
+                                           const int *row_src, int rows, int tile_i, int n_rt, int rt,
+                                           int ks, int my_warp, int tid, bool *last_slice) {
+    const int lane = tid % 32, g = lane / 4, t = lane % 4;
     auto each_real_column = [&](auto &&f) {
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
@@ -430,9 +319,6 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
                 if (8 * j + 2 * t + e < rows) f(acc[4 * j + e], acc[4 * j + 2 + e], 8 * j + 2 * t + e);
     };
     if (KS > 1) {
-        /* Slice ks's sums of the real columns go to its place in the scratch; the block that
-         * finishes its (tile, row tile) last adds the KS slices in slice order, so a sum has
-         * one order whichever block comes last. */
         const size_t pair = (size_t)tile_i * n_rt + rt;
         const int row = 16 * my_warp + g;
         float *mine = split.partial + (pair * KS + ks) * (WG_ROWS * BN);
@@ -442,9 +328,9 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
         });
         __threadfence(); /* the slice is visible before the count says so */
         __syncthreads();
-        if (tid == 0) last_slice = atomicAdd(&split.counters[pair], 1) == KS - 1;
+        if (tid == 0) *last_slice = atomicAdd(&split.counters[pair], 1) == KS - 1;
         __syncthreads();
-        if (!last_slice) return;
+        if (!*last_slice) return;
         __threadfence();
         const float *slices = split.partial + pair * KS * (WG_ROWS * BN);
         each_real_column([&](float &lo, float &hi, int m) {
@@ -469,7 +355,190 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     });
 }
 
-template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS>
+/* RT row tiles of WG_ROWS (2 RT warpgroups) by BN rows of one tile. p.w_mx / p.w_scale are the
+ * packed codes and scale words; block b takes row tiles RT (b % n_rtb) .. of tile b / n_rtb (the
+ * row tiles of one tile run side by side, sharing its activation rows in L2). A pipeline stage
+ * holds CPS chunks, so its barrier, copies and scale check are paid once per CPS chunks. PIPE:
+ * the next chunk's weights are decoded while the tensor cores still run this one's (two
+ * register sets, wgmma.wait_group 1), else a stage's chunks are decoded into CPS register sets
+ * and the stage waits for its products. */
+template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS>
+__global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_args p, wg_split split) {
+    static_assert(KS == 1 || RT == 1, "a split reduction takes one row tile a block");
+    static_assert(!PIPE || CPS <= 2, "the register pipeline alternates two sets: stages of one or two chunks");
+    static_assert(CPS * WG_S_BYTES / 16 <= WG_THREADS, "one scale copy a thread");
+    extern __shared__ uint8_t smem_raw[];
+    __shared__ int row_src[BN];  /* assignment of tile row m, -1 past the tile */
+    __shared__ int tok_row[BN];  /* its activation row */
+    __shared__ bool last_slice;  /* KS > 1: this block adds the slices up */
+    constexpr int THREADS = WG_THREADS * RT;
+    const int n_rt = wg_row_tiles(STAGE, p.N), n_kc = wg_chunks(p.Kdim), n_rtb = (n_rt + RT - 1) / RT;
+    const int ks = (int)(blockIdx.x % (unsigned)KS), block = (int)(blockIdx.x / (unsigned)KS);
+    const int rtb = block % n_rtb, tile_i = block / n_rtb;
+    const int kc_begin = ks * n_kc / KS, kc_end = (ks + 1) * n_kc / KS; /* this block's chunks */
+    const int n_chunks = kc_end - kc_begin, n_stages = (n_chunks + CPS - 1) / CPS;
+    if (tile_i >= *p.n_tiles) return;
+    const moe_cuda_tile tile = p.tiles[tile_i];
+    const int rows = tile_rows(tile, p.counts, p.perm, p.T, BN, row_src);
+    __syncthreads();
+    if ((int)threadIdx.x < BN) tok_row[threadIdx.x] = row_src[threadIdx.x] / p.a_row_div;
+    __syncthreads();
+
+    constexpr int B_BYTES = BN * 128, STAGE_BYTES = wg_stage_bytes<BN, RT, CPS>();
+    constexpr int A_OFF = CPS * B_BYTES, S_OFF = A_OFF + RT * CPS * WG_A_BYTES;
+    const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
+    const int my_tile = warp / 8, my_warp = warp % 8; /* row tile within the block, warp in it */
+    const int rt = RT * rtb + my_tile;
+    /* The weight copies of this thread: 16-byte piece copy_idx (+ 256 c) of its row tile's
+     * codes of the stage's CPS chunks, and piece copy_idx of their scale words (contiguous in
+     * the packed layout as in the stage). */
+    const int copy_tile = tid / WG_THREADS, copy_idx = tid % WG_THREADS;
+    const bool copy_real = RT * rtb + copy_tile < n_rt;
+    const int scale_chunk = copy_idx / (WG_S_BYTES / 16); /* < CPS: this thread copies scales */
+    const size_t chunk0 = ((size_t)tile.expert * n_rt + (copy_real ? RT * rtb + copy_tile : 0)) * n_kc;
+    const uint8_t *codes = p.w_mx + chunk0 * WG_A_BYTES + copy_idx * 16;
+    const uint8_t *scales = p.w_scale + chunk0 * WG_S_BYTES + copy_idx * 16;
+
+    /* The activation copies of this thread, fixed for the whole reduction: 16-byte piece c of
+     * tile row r of the stage's chunk j goes to its swizzled place in every stage; only the k
+     * offset moves. */
+    constexpr int ACT_PIECES = CPS * BN * 8, ACT_COPIES = (ACT_PIECES + THREADS - 1) / THREADS;
+    const uint16_t *act_src[ACT_COPIES];
+    uint32_t act_dst[ACT_COPIES];
+    int act_k[ACT_COPIES]; /* the piece's first value in stage 0; >= Kdim: nothing to copy */
+#pragma unroll
+    for (int i = 0; i < ACT_COPIES; i++) {
+        const int idx = tid + i * THREADS, j = idx / (BN * 8), r = idx / 8 % BN, c = idx % 8;
+        const bool real = idx < ACT_PIECES && r < rows;
+        act_src[i] = real ? p.a_src + (size_t)tok_row[r] * p.Kdim + WG_KC * j + 8 * c : p.a_src;
+        act_dst[i] = (uint32_t)(j * B_BYTES + r * 128 + ((c ^ (r & 7)) * 16));
+        act_k[i] = real ? WG_KC * j + 8 * c : p.Kdim;
+    }
+    /* stage slot offsets in the ring, stepped without a division */
+    auto next_slot = [](uint32_t slot) {
+        slot += STAGE_BYTES;
+        return slot == (uint32_t)(STAGES * STAGE_BYTES) ? 0u : slot;
+    };
+    auto load_stage = [&](int kc0, uint32_t slot) { /* chunks kc0 .. kc0 + CPS - 1 */
+        const uint32_t st = base + slot;
+#pragma unroll
+        for (int i = 0; i < ACT_COPIES; i++) {
+            if (tid + i * THREADS >= ACT_PIECES) break;
+            const bool valid = act_k[i] + kc0 * WG_KC < p.Kdim;
+            cp_async16(st + act_dst[i], valid ? act_src[i] + kc0 * WG_KC : p.a_src, valid);
+        }
+#pragma unroll
+        for (int j = 0; j < CPS; j++)
+            if (kc0 + j < kc_end)
+                cp_async16(st + A_OFF + (copy_tile * CPS + j) * WG_A_BYTES + copy_idx * 16,
+                           copy_real ? codes + (size_t)(kc0 + j) * WG_A_BYTES : codes, copy_real);
+        if (scale_chunk < CPS && kc0 + scale_chunk < kc_end)
+            cp_async16(st + S_OFF + copy_tile * CPS * WG_S_BYTES + copy_idx * 16,
+                       copy_real ? scales + (size_t)kc0 * WG_S_BYTES : scales, copy_real);
+    };
+    /* The scale words of this lane's row pair for the stage's real chunks; true when a lane of
+     * the warp has a scale above the one-product limit (the warp then decodes with two). */
+    auto stage_scales = [&](int kc0, uint32_t slot, uint32_t (&sw)[CPS]) {
+        uint32_t big = 0;
+#pragma unroll
+        for (int j = 0; j < CPS; j++) {
+            sw[j] = 0x7F7F7F7Fu;
+            if (kc0 + j >= kc_end) continue;
+            asm volatile("ld.shared.u32 %0, [%1];\n"
+                         : "=r"(sw[j])
+                         : "r"(base + slot + S_OFF + (my_tile * CPS + j) * WG_S_BYTES + (my_warp * 8 + g) * 4)
+                         : "memory");
+            big = __vmaxu4(big, sw[j]);
+        }
+        return scale_needs_two(big);
+    };
+    /* this warp's A fragments of the stage's chunk j, decoded and scaled by sw (its scale word):
+     * bytes 0, 1 (rows g, g + 8) for steps 0, 1; bytes 2, 3 for steps 2, 3 */
+    auto decode_chunk = [&](uint32_t slot, int j, uint32_t sw, bool two, uint32_t (&a)[4][4]) {
+        decode_chunk_at(base + slot + A_OFF + (my_tile * CPS + j) * WG_A_BYTES + (my_warp * 32 + lane) * 16,
+                        sw, two, a);
+    };
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+    auto mma_chunk = [&](uint32_t slot, int j, uint32_t (&a)[4][4]) {
+        wgmma_fence();
+        const uint64_t desc = smem_desc_sw128(base + slot + (uint32_t)(j * B_BYTES));
+#pragma unroll
+        for (int s = 0; s < 4; s++) wgmma_bf16<BN>(acc, a[s], desc + 2 * s); /* + 32 bytes a step */
+        wgmma_commit();
+    };
+
+    /* Stage st's slot is refilled LOOKAHEAD stages later, after a barrier that every thread
+     * reaches only once its wgmmas of stage st are done (all of them: PIPE waits for all but
+     * the last group, so one stage more stays unwritten). */
+    constexpr int LOOKAHEAD = PIPE ? STAGES - 2 : STAGES - 1;
+    uint32_t slot = 0, load_slot = 0;
+#pragma unroll
+    for (int s = 0; s < LOOKAHEAD; s++) {
+        if (s < n_stages) load_stage(kc_begin + s * CPS, load_slot);
+        cp_async_commit();
+        load_slot = next_slot(load_slot);
+    }
+    auto begin_stage = [&](int st) {
+        cp_async_wait<LOOKAHEAD - 1>(); /* this thread's copies of stage st have landed */
+        fence_proxy_async();
+        __syncthreads(); /* everyone's have; the slot refilled next is no longer read */
+        if (st + LOOKAHEAD < n_stages) load_stage(kc_begin + (st + LOOKAHEAD) * CPS, load_slot);
+        cp_async_commit();
+        load_slot = next_slot(load_slot);
+    };
+    uint32_t sw[CPS];
+    if (!PIPE) {
+        for (int st = 0; st < n_stages; st++) {
+            const int kc0 = kc_begin + st * CPS;
+            begin_stage(st);
+            const bool two = stage_scales(kc0, slot, sw);
+            uint32_t a[CPS][4][4];
+#pragma unroll
+            for (int j = 0; j < CPS; j++) {
+                if (kc0 + j >= kc_end) break;
+                decode_chunk(slot, j, sw[j], two, a[j]);
+                mma_chunk(slot, j, a[j]);
+            }
+            wgmma_wait_all();
+            slot = next_slot(slot);
+        }
+    } else {
+        /* chunks i and i + 1 in register sets a0 and a1; with CPS = 1 each opens a stage, with
+         * CPS = 2 they are one stage */
+        uint32_t a0[4][4], a1[4][4];
+        for (int i = 0; i < n_chunks; i += 2) {
+            begin_stage(i / CPS);
+            bool two = stage_scales(kc_begin + i, slot, sw);
+            decode_chunk(slot, 0, sw[0], two, a0);
+            mma_chunk(slot, 0, a0);
+            wgmma_wait_one();
+            keep_regs(a1);
+            if (i + 1 >= n_chunks) break;
+            if (CPS == 1) {
+                slot = next_slot(slot);
+                begin_stage(i + 1);
+                two = stage_scales(kc_begin + i + 1, slot, sw);
+            }
+            decode_chunk(slot, CPS - 1, sw[CPS - 1], two, a1);
+            mma_chunk(slot, CPS - 1, a1);
+            wgmma_wait_one();
+            keep_regs(a0);
+            slot = next_slot(slot);
+        }
+        wgmma_wait_all();
+        keep_regs(a0);
+        keep_regs(a1);
+    }
+    cp_async_wait<0>();
+
+    if (RT * rtb + my_tile >= n_rt) return;
+    store_tile<STAGE, BN, KS>(p, split, acc, row_src, rows, tile_i, n_rt, rt, ks, my_warp, tid, &last_slice);
+}
+
+template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS>
 moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K, stream_args p,
                   const uint8_t *codes, const uint8_t *scales, moe_error *err) {
     if (T == 0 || ex->E == 0) return MOE_OK;
@@ -485,8 +554,8 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
     if (blocks > 0x7FFFFFFFL)
         return moe_fail(err, MOE_ERR_UNSUPPORTED, "cuda: expert wgmma%d grid of %ld blocks too large",
                         STAGE, blocks);
-    const int smem = wg_smem_bytes<BN, RT, STAGES>();
-    auto kernel = expert_wgmma_kernel<STAGE, BN, STAGES, RT, PIPE, KS>;
+    const int smem = wg_smem_bytes<BN, RT, STAGES, CPS>();
+    auto kernel = expert_wgmma_kernel<STAGE, BN, STAGES, RT, PIPE, KS, CPS>;
     CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     kernel<<<(unsigned)blocks, WG_THREADS * RT, smem, stream>>>(p, split);
     LAUNCH_CHECK(STAGE == 1 ? "expert_wgmma_kernel<gemm1>" : "expert_wgmma_kernel<gemm2>");
@@ -527,13 +596,13 @@ size_t moe_cuda_wgmma_split_counters(int T, int K, int E, int D, int IL) {
     return (size_t)moe_cuda_tile_bound(T, K, E, 16) * n_rt;
 }
 
-#define WGMMA_LAUNCHERS(NAME, BN, STAGES, RT, PIPE, KS)                                           \
+#define WGMMA_LAUNCHERS(NAME, BN, STAGES, RT, PIPE, KS, CPS)                                          \
     moe_status moe_cuda_expert_wg1_##NAME(cudaStream_t stream, const moe_cuda_experts *ex, int T, \
                                           int K, const uint16_t *x, const int32_t *counts,        \
                                           const int32_t *perm, const moe_cuda_tile *tiles,        \
                                           const int32_t *n_tiles, uint16_t *h, moe_error *err) {  \
         const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);    \
-        return launch<1, BN, STAGES, RT, PIPE, KS>(stream, ex, T, K, p, ex->w13_wg,               \
+        return launch<1, BN, STAGES, RT, PIPE, KS, CPS>(stream, ex, T, K, p, ex->w13_wg,               \
                                                    ex->w13_wg_scale, err);                        \
     }                                                                                             \
     moe_status moe_cuda_expert_wg2_##NAME(cudaStream_t stream, const moe_cuda_experts *ex, int T, \
@@ -541,23 +610,26 @@ size_t moe_cuda_wgmma_split_counters(int T, int K, int E, int D, int IL) {
                                           const int32_t *perm, const moe_cuda_tile *tiles,        \
                                           const int32_t *n_tiles, float *y, moe_error *err) {     \
         const stream_args p = stream_args_gemm2(ex, T, h, counts, perm, tiles, n_tiles, y);       \
-        return launch<2, BN, STAGES, RT, PIPE, KS>(stream, ex, T, K, p, ex->w2_wg,                \
+        return launch<2, BN, STAGES, RT, PIPE, KS, CPS>(stream, ex, T, K, p, ex->w2_wg,                \
                                                    ex->w2_wg_scale, err);                         \
     }
 
 /* Measured on an H200, Inkling-Small (docs/device-notes.md): for 16 and 32 rows one row tile a
  * block without the register pipeline was fastest (T = 64, 512); for 128 rows two row tiles a
- * block (the activation tile read from L2 once per 256 weight rows) with the pipeline, 6313
- * against 6663 us for the layer at T = 4096. The split reduction gives a few tokens' few
- * tiles enough blocks to keep every multiprocessor streaming. */
-WGMMA_LAUNCHERS(16, 16, 6, 1, false, 1)
-WGMMA_LAUNCHERS(32, 32, 6, 1, false, 1)
-WGMMA_LAUNCHERS(128, 128, 4, 2, true, 1)
+ * block (the activation tile read from L2 once per 256 weight rows) with the pipeline and
+ * stages of two chunks (one barrier and copy round per 128 values: 4992 and 5018 against 5170
+ * and 5175 us for the layer at T = 4096). Two-chunk stages for 16 rows changed nothing beyond
+ * the noise at T = 1 to 64, and for 32 rows their registers cost a block per multiprocessor
+ * and 15 % at T = 512. The split reduction gives a few tokens' few tiles enough blocks to keep
+ * every multiprocessor streaming. */
+WGMMA_LAUNCHERS(16, 16, 6, 1, false, 1, 1)
+WGMMA_LAUNCHERS(32, 32, 6, 1, false, 1, 1)
+WGMMA_LAUNCHERS(128, 128, 4, 2, true, 1, 2)
 moe_status moe_cuda_expert_wg1_16_split(cudaStream_t stream, const moe_cuda_experts *ex, int T,
                                         int K, const uint16_t *x, const int32_t *counts,
                                         const int32_t *perm, const moe_cuda_tile *tiles,
                                         const int32_t *n_tiles, uint16_t *h, moe_error *err) {
     const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);
-    return launch<1, 16, 6, 1, false, MOE_CUDA_WG_SPLIT>(stream, ex, T, K, p, ex->w13_wg,
-                                                         ex->w13_wg_scale, err);
+    return launch<1, 16, 6, 1, false, MOE_CUDA_WG_SPLIT, 1>(stream, ex, T, K, p, ex->w13_wg,
+                                                            ex->w13_wg_scale, err);
 }
