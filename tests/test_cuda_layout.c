@@ -15,8 +15,6 @@
 #include "../common/numeric.h"
 #include "../opt/cuda/cuda_wgmma_layout.h"
 
-static uint32_t rotr(uint32_t w, int n) { return n ? (w >> n) | (w << (32 - n)) : w; }
-
 /* The word holding codes[j][h] at the layout's places. */
 static uint32_t pack(const uint8_t codes[4][2]) {
     uint32_t w = 0;
@@ -31,8 +29,9 @@ static uint32_t pack(const uint8_t codes[4][2]) {
  * product is the same bits here). */
 static uint32_t decode_register(uint32_t w, int j) {
     const int own_sign = moe_wg_sign_rot(j) == moe_wg_mag_rot(j);
-    uint32_t r = rotr(w, moe_wg_mag_rot(j)) & (own_sign ? MOE_WG_MAG_BITS | MOE_WG_SIGN_BITS : MOE_WG_MAG_BITS);
-    if (!own_sign) r ^= rotr(w, moe_wg_sign_rot(j)) & MOE_WG_SIGN_BITS;
+    const uint32_t kept = own_sign ? MOE_WG_MAG_BITS | MOE_WG_SIGN_BITS : MOE_WG_MAG_BITS;
+    uint32_t r = moe_wg_bring(w, moe_wg_mag_rot(j), kept) & kept;
+    if (!own_sign) r ^= moe_wg_bring(w, moe_wg_sign_rot(j), MOE_WG_SIGN_BITS) & MOE_WG_SIGN_BITS;
     return r;
 }
 

@@ -616,7 +616,7 @@ const expert_kernels wgmma_kernels[] = {
     {"wgmma16", 16, moe_cuda_expert_wg1_16, moe_cuda_expert_wg2_16},
     {"wgmma32", 32, moe_cuda_expert_wg1_32, moe_cuda_expert_wg2_32},
     {"wgmma128", 128, moe_cuda_expert_wg1_128, moe_cuda_expert_wg2_128},
-    {"wgmma16-split", 16, moe_cuda_expert_wg1_16_split, moe_cuda_expert_wg2_16},
+    {"wgmma16-split", 16, moe_cuda_expert_wg1_16_split, moe_cuda_expert_wg2_16_split},
 };
 
 /* The wgmma tile (rows of one expert) for T tokens, from the T * K / R rows an expert has on

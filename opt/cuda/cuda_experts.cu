@@ -47,6 +47,7 @@ const moe_shape_hint moe_cuda_shape_hints[] = {
     {"wgmma tile 128", MOE_HINT_EXPERT_ROWS, 128, "assignment rows per large wgmma tile"},
     {"wgmma rows 64", MOE_HINT_WIDTH, 64, "weight rows per warpgroup, reduction values per chunk"},
     {"wgmma stage 128", MOE_HINT_WIDTH, 128, "reduction values per two-chunk stage (128-row tiles)"},
+    {"wgmma stage 256", MOE_HINT_WIDTH, 256, "reduction values per four-chunk stage (16- and 32-row tiles)"},
     {"EXPERT_BN", MOE_HINT_WIDTH, EXPERT_BN, "output columns per grouped-GEMM block"},
     {"EXPERT_BK", MOE_HINT_WIDTH, EXPERT_BK, "reduction elements per grouped-GEMM step"},
     {NULL, (moe_hint_kind)0, 0, NULL},

@@ -18,27 +18,28 @@
  *     A fragments, each register's codes at the bits decode_word reads (cuda_wgmma_layout.h), and one
  *     scale word per row pair; rows past the matrix and values past Kdim are zero codes with
  *     scale 1;
- *   - a register's codes become bf16 by a rotation and a mask (the magnitude bits at bf16 bits
+ *   - a register's codes become bf16 by a shift and a mask (the magnitude bits at bf16 bits
  *     8..6: the E2M1 value times 2^-126) and one bf16 product by 2^(e - 1), their scale times
- *     2^126 (two products where that is no bf16), the signs merged after: exact, as every E2M1
- *     value times a power of two in range is a bf16 (moe_shard_build refuses scales that
- *     overflow); products are exact and summed in fp32 by the tensor cores in one fixed k
- *     order, so outputs depend on nothing but their own row and column;
- *   - weights, scales and activations move by cp.async through a STAGES-deep ring of
- *     shared-memory stages of CPS 64-value chunks each (activation rows past the tile or values
- *     past Kdim are zero-filled);
- *     activations are stored in the 128-byte swizzle that the wgmma descriptor names;
- *   - KS > 1 (GEMM1 for a few tokens): block ks of a tile takes chunks [ks n/KS, (ks+1) n/KS)
- *     and the last block to finish adds the KS slices' sums in slice order;
+ *     2^126 (two products, for every block of an expert that has a scale where that is no bf16,
+ *     flagged at create), the signs merged after: exact, as every E2M1 value times a power of
+ *     two in range is a bf16 (moe_shard_build refuses scales that overflow); products are exact
+ *     and summed in fp32 by the tensor cores in one fixed k order, so outputs depend on nothing
+ *     but their own row and column;
+ *   - activations move by cp.async through a STAGES-deep ring of shared-memory stages of CPS
+ *     64-value chunks each (rows past the tile or values past Kdim zero-filled), in the
+ *     128-byte swizzle that the wgmma descriptor names; the weights of 16- and 32-row tiles go
+ *     from global memory straight to each lane's registers (DIRECT), those of 128-row tiles
+ *     through the same stages as the activations;
+ *   - KS > 1 (a few tokens): block ks of a tile takes chunks [ks n/KS, (ks+1) n/KS) and the
+ *     last block to finish adds the KS slices' sums in slice order;
  *   - GEMM1's warp rows g and g + 8 are the gate and up rows of one intermediate channel, so
  *     SwiGLU is cuda_experts.cu's epilogue in registers; GEMM2 writes y in fp32.
  *
- * Measured on an H200, Inkling-Small (docs/perf-cuda.md): GEMM1 + GEMM2 at 1.1-1.4 TB/s at
- * T = 1, 1.9 TB/s at T = 8, 2.3 TB/s at T = 64, 1.9-2.0 TB/s at T = 512 and 267-299 TFLOP/s
- * at T = 4096. The profiles put the limit in each warp's serial chain (stage landed, decode,
- * wgmma, wait) times the warps a multiprocessor holds: taking the copies (66 of the 169
- * instructions of a chunk in the SASS) off the decoding warps, to a copy warp on mbarriers,
- * gained nothing (docs/device-notes.md, "night").
+ * Measured on an H200, Inkling-Small (docs/perf-cuda.md): GEMM1 + GEMM2 at 2.3 TB/s at T = 8,
+ * 2.9 TB/s at T = 64, 2.3-2.4 TB/s at T = 512 and 267-299 TFLOP/s at T = 4096. The profiles put
+ * the small tiles' limit in the integer pipe (the decode's masks and shifts; the layout moves
+ * four shifts a word to the multiply pipe) and the issue slots; the 128-row tiles' in the block
+ * barrier and fixed-latency waits (docs/device-notes.md).
  */
 #include "cuda_device.cuh"
 #include "cuda_wgmma_layout.h"
@@ -48,7 +49,9 @@
 
 #define WG_ROWS 128   /* weight rows per block */
 #define WG_THREADS 256
-#define WG_KC 64      /* reduction values per stage */
+#define WG_KC 64      /* reduction values per chunk */
+#define WG_L2_AHEAD 4 /* direct loads: chunks asked of L2 ahead of the stage being read (4 and 8
+                         measured best, 16 and 32 slower) */
 #define WG_A_BYTES (WG_ROWS * WG_KC / 2)       /* codes per stage: 4 kB */
 #define WG_S_BYTES (WG_ROWS / 16 * 8 * 4)      /* scale words per stage: 256 B */
 
@@ -126,6 +129,28 @@ __global__ void wgmma_pack_scales(int stage, int E, int N, int Kdim, const uint8
         }
         out[i] = word;
     }
+}
+
+/* A code's magnitude bits (e1 e0 m) placed at bits 8..6 of a bf16 are that E2M1 magnitude times
+ * 2^-126 (exponent field e1 e0, 0.5 the subnormal 2^-127), so one bf16 product by 2^(e - 1)
+ * gives the code times its scale 2^(e - 127). That factor is a bf16 for scale bytes e <= 128
+ * (exponent field e + 126); larger scales take two products, by 2^126 and by 2^(e - 127). */
+#define WG_ONE_PRODUCT_MAX_SCALE 128u
+
+/* The packed scales are followed by one byte an expert (at this offset): 1 where a scale byte
+ * of the expert's matrix is above WG_ONE_PRODUCT_MAX_SCALE, so that its blocks decode with two
+ * products (checked once at create, not per chunk in the kernels). */
+__host__ __device__ inline size_t wg_flags_offset(int stage, int E, int N, int Kdim) {
+    return (size_t)E * wg_row_tiles(stage, N) * wg_chunks(Kdim) * WG_S_BYTES;
+}
+
+/* wg_flags_offset's byte of expert blockIdx.x from its scales (per_expert E8M0 bytes). */
+__global__ void wgmma_flag_experts(size_t per_expert, const uint8_t *w_scale, uint8_t *flags) {
+    const uint8_t *mine = w_scale + blockIdx.x * per_expert;
+    int big = 0;
+    for (size_t i = threadIdx.x; i < per_expert; i += blockDim.x) big |= mine[i] > WG_ONE_PRODUCT_MAX_SCALE;
+    big = __syncthreads_or(big);
+    if (threadIdx.x == 0) flags[blockIdx.x] = (uint8_t)big;
 }
 
 /* ---------------------------------------------------------------- PTX wrappers */
@@ -214,17 +239,11 @@ __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
     asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
-__device__ __forceinline__ uint32_t rotr(uint32_t w, int n) { return n ? __funnelshift_r(w, w, n) : w; }
 
-/* A code's magnitude bits (e1 e0 m) placed at bits 8..6 of a bf16 are that E2M1 magnitude times
- * 2^-126 (exponent field e1 e0, 0.5 the subnormal 2^-127), so one bf16 product by 2^(e - 1)
- * gives the code times its scale 2^(e - 127). That factor is a bf16 for scale bytes e <= 128
- * (exponent field e + 126); larger scales take two products, by 2^126 and by 2^(e - 127). */
-#define WG_ONE_PRODUCT_MAX_SCALE 128u
-
-/* 2^(e - 1) as a pair of bf16, for scale byte `byte` (0..3) of sw, e <= 128. */
+/* 2^(e - 1) as a pair of bf16, for scale byte `byte` (0..3) of sw, e <= 128: the byte times
+ * 2^7 + 2^23 (a multiply, not a shift, so it runs beside the decode's integer instructions). */
 __device__ __forceinline__ uint32_t scale_one_product(uint32_t sw, int byte) {
-    return __byte_perm(sw, 0u, 0x4040u + 0x101u * (uint32_t)byte) * 128u + 0x3F003F00u;
+    return __byte_perm(sw, 0u, 0x4440u + (uint32_t)byte) * 0x00800080u + 0x3F003F00u;
 }
 /* 2^(e - 127) as a pair of bf16 (e = 0: the subnormal 2^-127), exactly. */
 __device__ __forceinline__ uint32_t scale_two_products(uint32_t sw, int byte) {
@@ -240,21 +259,22 @@ __device__ __forceinline__ void decode_word(uint32_t w, const uint32_t (&sc)[4],
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const bool own_sign = moe_wg_sign_rot(j) == moe_wg_mag_rot(j);
-        uint32_t m = rotr(w, moe_wg_mag_rot(j)) & (own_sign ? MOE_WG_MAG_BITS | MOE_WG_SIGN_BITS : MOE_WG_MAG_BITS);
+        const uint32_t kept = own_sign ? MOE_WG_MAG_BITS | MOE_WG_SIGN_BITS : MOE_WG_MAG_BITS;
+        uint32_t m = moe_wg_bring(w, moe_wg_mag_rot(j), kept) & kept;
         if (TWO) m = mul_bf16x2(m, 0x7E807E80u); /* 2^126: the code's own value */
         a[j] = mul_bf16x2(m, sc[j]);
-        if (!own_sign) a[j] ^= rotr(w, moe_wg_sign_rot(j)) & MOE_WG_SIGN_BITS;
+        if (!own_sign) a[j] ^= moe_wg_bring(w, moe_wg_sign_rot(j), MOE_WG_SIGN_BITS) & MOE_WG_SIGN_BITS;
     }
 }
 
 /* Bytes of one pipeline stage of CPS chunks: per chunk BN activation rows of WG_KC bf16 (128
- * bytes, swizzled), then the codes of RT row tiles by CPS chunks, then their scale words;
- * 1024-byte aligned, as the swizzle needs. */
-template <int BN, int RT, int CPS> __host__ __device__ constexpr int wg_stage_bytes() {
-    return (CPS * (BN * 128 + RT * (WG_A_BYTES + WG_S_BYTES)) + 1023) / 1024 * 1024;
+ * bytes, swizzled), then (unless DIRECT) the codes of RT row tiles by CPS chunks, then their
+ * scale words; 1024-byte aligned, as the swizzle needs. */
+template <int BN, int RT, int CPS, bool DIRECT> __host__ __device__ constexpr int wg_stage_bytes() {
+    return (CPS * (BN * 128 + (DIRECT ? 0 : RT * (WG_A_BYTES + WG_S_BYTES))) + 1023) / 1024 * 1024;
 }
-template <int BN, int RT, int STAGES, int CPS> __host__ __device__ constexpr int wg_smem_bytes() {
-    return STAGES * wg_stage_bytes<BN, RT, CPS>() + 1024; /* + alignment of the dynamic base */
+template <int BN, int RT, int STAGES, int CPS, bool DIRECT> __host__ __device__ constexpr int wg_smem_bytes() {
+    return STAGES * wg_stage_bytes<BN, RT, CPS, DIRECT>() + 1024; /* + alignment of the dynamic base */
 }
 
 /* Scratch of a reduction split into KS slices (moe_cuda_wgmma_split_floats): each slice's sums
@@ -276,12 +296,7 @@ __device__ __forceinline__ void keep_regs(uint32_t (&a)[4][4]) {
  * decoded and scaled by sw, its row pair's scale word: bytes 0, 1 (rows g, g + 8) for steps 0,
  * 1; bytes 2, 3 for steps 2, 3. two: a lane of the warp has a scale above the one-product
  * limit. */
-__device__ __forceinline__ void decode_chunk_at(uint32_t codes, uint32_t sw, bool two, uint32_t (&a)[4][4]) {
-    uint32_t w[4];
-    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                 : "r"(codes)
-                 : "memory");
+__device__ __forceinline__ void decode_words(const uint32_t (&w)[4], uint32_t sw, bool two, uint32_t (&a)[4][4]) {
     if (!two) {
         const uint32_t s0 = scale_one_product(sw, 0), s1 = scale_one_product(sw, 1);
         const uint32_t s2 = scale_one_product(sw, 2), s3 = scale_one_product(sw, 3);
@@ -296,9 +311,30 @@ __device__ __forceinline__ void decode_chunk_at(uint32_t codes, uint32_t sw, boo
         for (int s = 0; s < 4; s++) decode_word<true>(w[s], s < 2 ? lo : hi, a[s]);
     }
 }
-/* True when a lane of the warp has a scale byte in sw above the one-product limit. */
-__device__ __forceinline__ bool scale_needs_two(uint32_t sw) {
-    return __any_sync(0xFFFFFFFFu, __vcmpgtu4(sw, 0x01010101u * WG_ONE_PRODUCT_MAX_SCALE) != 0);
+/* The same from the stage's codes in shared memory at `codes` (this lane's 16 bytes). */
+__device__ __forceinline__ void decode_chunk_at(uint32_t codes, uint32_t sw, bool two, uint32_t (&a)[4][4]) {
+    uint32_t w[4];
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "r"(codes)
+                 : "memory");
+    decode_words(w, sw, two, a);
+}
+/* A lane's 16 bytes of codes of one chunk, global -> registers, read once (no L1 line kept). */
+__device__ __forceinline__ void load_codes(const uint8_t *src, uint32_t (&w)[4]) {
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "l"(src));
+}
+/* Asks L2 for bytes [src, src + bytes) (16-byte aligned, a multiple of 16). */
+__device__ __forceinline__ void l2_prefetch(const void *src, uint32_t bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
+/* A lane's scale word of one chunk (four lanes read the same one). */
+__device__ __forceinline__ uint32_t load_scale_word(const uint8_t *src) {
+    uint32_t v;
+    asm("ld.global.nc.u32 %0, [%1];\n" : "=r"(v) : "l"(src));
+    return v;
 }
 
 /* The sums of one row tile's warp (acc, wgmma's fragment: acc[4j + e] row g, column 8j + 2t +
@@ -358,15 +394,22 @@ __device__ __forceinline__ void store_tile(const stream_args &p, wg_split split,
 /* RT row tiles of WG_ROWS (2 RT warpgroups) by BN rows of one tile. p.w_mx / p.w_scale are the
  * packed codes and scale words; block b takes row tiles RT (b % n_rtb) .. of tile b / n_rtb (the
  * row tiles of one tile run side by side, sharing its activation rows in L2). A pipeline stage
- * holds CPS chunks, so its barrier, copies and scale check are paid once per CPS chunks. PIPE:
- * the next chunk's weights are decoded while the tensor cores still run this one's (two
- * register sets, wgmma.wait_group 1), else a stage's chunks are decoded into CPS register sets
- * and the stage waits for its products. */
-template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS>
-__global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_args p, wg_split split) {
+ * holds CPS chunks of activations, so its barrier and copy round are paid once per CPS chunks.
+ * The weights come one of two ways:
+ *   DIRECT (one row tile a block): each lane loads its own codes and scale word into registers
+ *       one chunk ahead, from L2, which one thread asks for WG_L2_AHEAD chunks ahead; products
+ *       wait before the next chunk is decoded;
+ *   PIPE: the block copies the codes and scale words into the stage with the activations, and
+ *       the next chunk's weights are decoded while the tensor cores still run this one's (two
+ *       register sets, wgmma.wait_group 1). */
+template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS, bool DIRECT>
+__global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_args p, wg_split split,
+                                                                    const uint8_t *two_products) {
     static_assert(KS == 1 || RT == 1, "a split reduction takes one row tile a block");
     static_assert(!PIPE || CPS <= 2, "the register pipeline alternates two sets: stages of one or two chunks");
-    static_assert(CPS * WG_S_BYTES / 16 <= WG_THREADS, "one scale copy a thread");
+    static_assert(DIRECT || CPS * WG_S_BYTES / 16 <= WG_THREADS, "one scale copy a thread");
+    static_assert(DIRECT != PIPE, "direct weight loads (one register set) or the register pipeline");
+    static_assert(!DIRECT || RT == 1, "direct weight loads: one row tile a block");
     extern __shared__ uint8_t smem_raw[];
     __shared__ int row_src[BN];  /* assignment of tile row m, -1 past the tile */
     __shared__ int tok_row[BN];  /* its activation row */
@@ -379,12 +422,14 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     const int n_chunks = kc_end - kc_begin, n_stages = (n_chunks + CPS - 1) / CPS;
     if (tile_i >= *p.n_tiles) return;
     const moe_cuda_tile tile = p.tiles[tile_i];
+    /* the expert has a scale above the one-product limit: every warp decodes with two */
+    const bool two = two_products[tile.expert] != 0;
     const int rows = tile_rows(tile, p.counts, p.perm, p.T, BN, row_src);
     __syncthreads();
     if ((int)threadIdx.x < BN) tok_row[threadIdx.x] = row_src[threadIdx.x] / p.a_row_div;
     __syncthreads();
 
-    constexpr int B_BYTES = BN * 128, STAGE_BYTES = wg_stage_bytes<BN, RT, CPS>();
+    constexpr int B_BYTES = BN * 128, STAGE_BYTES = wg_stage_bytes<BN, RT, CPS, DIRECT>();
     constexpr int A_OFF = CPS * B_BYTES, S_OFF = A_OFF + RT * CPS * WG_A_BYTES;
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
@@ -402,13 +447,18 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
 
     /* The activation copies of this thread, fixed for the whole reduction: 16-byte piece c of
      * tile row r of the stage's chunk j goes to its swizzled place in every stage; only the k
-     * offset moves. */
-    constexpr int ACT_PIECES = CPS * BN * 8, ACT_COPIES = (ACT_PIECES + THREADS - 1) / THREADS;
-    const uint16_t *act_src[ACT_COPIES];
-    uint32_t act_dst[ACT_COPIES];
-    int act_k[ACT_COPIES]; /* the piece's first value in stage 0; >= Kdim: nothing to copy */
+     * offset moves. ONE_ROW: the threads divide into whole chunks' pieces, so a thread's
+     * pieces are one row and column of every (THREADS / CHUNK_PIECES)-th chunk of the stage,
+     * kept as one place (registers are what bound the blocks a multiprocessor holds). */
+    constexpr int CHUNK_PIECES = BN * 8, ACT_PIECES = CPS * CHUNK_PIECES;
+    constexpr int ACT_COPIES = (ACT_PIECES + THREADS - 1) / THREADS;
+    constexpr bool ONE_ROW = THREADS % CHUNK_PIECES == 0;
+    constexpr int ACT_PLACES = ONE_ROW ? 1 : ACT_COPIES;
+    const uint16_t *act_src[ACT_PLACES];
+    uint32_t act_dst[ACT_PLACES];
+    int act_k[ACT_PLACES]; /* the piece's first value in stage 0; >= Kdim: nothing to copy */
 #pragma unroll
-    for (int i = 0; i < ACT_COPIES; i++) {
+    for (int i = 0; i < ACT_PLACES; i++) {
         const int idx = tid + i * THREADS, j = idx / (BN * 8), r = idx / 8 % BN, c = idx % 8;
         const bool real = idx < ACT_PIECES && r < rows;
         act_src[i] = real ? p.a_src + (size_t)tok_row[r] * p.Kdim + WG_KC * j + 8 * c : p.a_src;
@@ -425,22 +475,24 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
 #pragma unroll
         for (int i = 0; i < ACT_COPIES; i++) {
             if (tid + i * THREADS >= ACT_PIECES) break;
-            const bool valid = act_k[i] + kc0 * WG_KC < p.Kdim;
-            cp_async16(st + act_dst[i], valid ? act_src[i] + kc0 * WG_KC : p.a_src, valid);
+            const int q = ONE_ROW ? 0 : i, more = ONE_ROW ? i * (THREADS / CHUNK_PIECES) : 0;
+            const bool valid = act_k[q] + (kc0 + more) * WG_KC < p.Kdim;
+            cp_async16(st + act_dst[q] + more * B_BYTES, valid ? act_src[q] + (kc0 + more) * WG_KC : p.a_src,
+                       valid);
         }
+        if (!DIRECT) {
 #pragma unroll
-        for (int j = 0; j < CPS; j++)
-            if (kc0 + j < kc_end)
-                cp_async16(st + A_OFF + (copy_tile * CPS + j) * WG_A_BYTES + copy_idx * 16,
-                           copy_real ? codes + (size_t)(kc0 + j) * WG_A_BYTES : codes, copy_real);
-        if (scale_chunk < CPS && kc0 + scale_chunk < kc_end)
-            cp_async16(st + S_OFF + copy_tile * CPS * WG_S_BYTES + copy_idx * 16,
-                       copy_real ? scales + (size_t)kc0 * WG_S_BYTES : scales, copy_real);
+            for (int j = 0; j < CPS; j++)
+                if (kc0 + j < kc_end)
+                    cp_async16(st + A_OFF + (copy_tile * CPS + j) * WG_A_BYTES + copy_idx * 16,
+                               copy_real ? codes + (size_t)(kc0 + j) * WG_A_BYTES : codes, copy_real);
+            if (scale_chunk < CPS && kc0 + scale_chunk < kc_end)
+                cp_async16(st + S_OFF + copy_tile * CPS * WG_S_BYTES + copy_idx * 16,
+                           copy_real ? scales + (size_t)kc0 * WG_S_BYTES : scales, copy_real);
+        }
     };
-    /* The scale words of this lane's row pair for the stage's real chunks; true when a lane of
-     * the warp has a scale above the one-product limit (the warp then decodes with two). */
+    /* The scale words of this lane's row pair for the stage's real chunks. */
     auto stage_scales = [&](int kc0, uint32_t slot, uint32_t (&sw)[CPS]) {
-        uint32_t big = 0;
 #pragma unroll
         for (int j = 0; j < CPS; j++) {
             sw[j] = 0x7F7F7F7Fu;
@@ -449,9 +501,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
                          : "=r"(sw[j])
                          : "r"(base + slot + S_OFF + (my_tile * CPS + j) * WG_S_BYTES + (my_warp * 8 + g) * 4)
                          : "memory");
-            big = __vmaxu4(big, sw[j]);
         }
-        return scale_needs_two(big);
     };
     /* this warp's A fragments of the stage's chunk j, decoded and scaled by sw (its scale word):
      * bytes 0, 1 (rows g, g + 8) for steps 0, 1; bytes 2, 3 for steps 2, 3 */
@@ -490,19 +540,45 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
         load_slot = next_slot(load_slot);
     };
     uint32_t sw[CPS];
-    if (!PIPE) {
+    if (DIRECT) {
+        /* Each lane reads its own 16 code bytes and scale word of a chunk straight into
+         * registers, one chunk ahead of their decode, from L2: one thread of the block asks L2
+         * for the row tile's codes and scales WG_L2_AHEAD chunks ahead in bulk. No shared
+         * memory, copy round or barrier for the weights; the barrier is paid once per CPS
+         * chunks, for the activations. The chunk loop is not unrolled: ptxas would otherwise
+         * decode a chunk ahead into a second register set. */
+        const size_t my_chunk0 = ((size_t)tile.expert * n_rt + rt) * n_kc;
+        const uint8_t *tile_codes = p.w_mx + my_chunk0 * WG_A_BYTES;
+        const uint8_t *tile_scales = p.w_scale + my_chunk0 * WG_S_BYTES;
+        const uint8_t *my_codes = tile_codes + (my_warp * 32 + lane) * 16;
+        const uint8_t *my_scales = tile_scales + (my_warp * 8 + g) * 4;
+        auto prefetch = [&](int kc, int n) { /* chunks kc .. kc + n - 1 into L2 */
+            if (tid != 0 || kc >= kc_end) return;
+            if (kc + n > kc_end) n = kc_end - kc;
+            l2_prefetch(tile_codes + (size_t)kc * WG_A_BYTES, (uint32_t)n * WG_A_BYTES);
+            l2_prefetch(tile_scales + (size_t)kc * WG_S_BYTES, (uint32_t)n * WG_S_BYTES);
+        };
+        prefetch(kc_begin, WG_L2_AHEAD + CPS);
+        uint32_t wq[4];
+        load_codes(my_codes + (size_t)kc_begin * WG_A_BYTES, wq);
+        uint32_t swq = load_scale_word(my_scales + (size_t)kc_begin * WG_S_BYTES);
+        uint32_t a[4][4];
         for (int st = 0; st < n_stages; st++) {
             const int kc0 = kc_begin + st * CPS;
             begin_stage(st);
-            const bool two = stage_scales(kc0, slot, sw);
-            uint32_t a[CPS][4][4];
-#pragma unroll
+            prefetch(kc0 + WG_L2_AHEAD + CPS, CPS);
+#pragma unroll 1
             for (int j = 0; j < CPS; j++) {
-                if (kc0 + j >= kc_end) break;
-                decode_chunk(slot, j, sw[j], two, a[j]);
-                mma_chunk(slot, j, a[j]);
+                const int kc = kc0 + j;
+                if (kc >= kc_end) break;
+                decode_words(wq, swq, two, a);
+                if (kc + 1 < kc_end) {
+                    load_codes(my_codes + (size_t)(kc + 1) * WG_A_BYTES, wq);
+                    swq = load_scale_word(my_scales + (size_t)(kc + 1) * WG_S_BYTES);
+                }
+                mma_chunk(slot, j, a);
+                wgmma_wait_all();
             }
-            wgmma_wait_all();
             slot = next_slot(slot);
         }
     } else {
@@ -511,7 +587,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
         uint32_t a0[4][4], a1[4][4];
         for (int i = 0; i < n_chunks; i += 2) {
             begin_stage(i / CPS);
-            bool two = stage_scales(kc_begin + i, slot, sw);
+            stage_scales(kc_begin + i, slot, sw);
             decode_chunk(slot, 0, sw[0], two, a0);
             mma_chunk(slot, 0, a0);
             wgmma_wait_one();
@@ -520,7 +596,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
             if (CPS == 1) {
                 slot = next_slot(slot);
                 begin_stage(i + 1);
-                two = stage_scales(kc_begin + i + 1, slot, sw);
+                stage_scales(kc_begin + i + 1, slot, sw);
             }
             decode_chunk(slot, CPS - 1, sw[CPS - 1], two, a1);
             mma_chunk(slot, CPS - 1, a1);
@@ -538,7 +614,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     store_tile<STAGE, BN, KS>(p, split, acc, row_src, rows, tile_i, n_rt, rt, ks, my_warp, tid, &last_slice);
 }
 
-template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS>
+template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS, bool DIRECT>
 moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K, stream_args p,
                   const uint8_t *codes, const uint8_t *scales, moe_error *err) {
     if (T == 0 || ex->E == 0) return MOE_OK;
@@ -546,6 +622,7 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
         return moe_fail(err, MOE_ERR_UNSUPPORTED,
                         "cuda: the wgmma expert kernels read MXFP4 weights packed at create()");
     p.w_mx = codes, p.w_scale = scales;
+    const uint8_t *two_products = scales + wg_flags_offset(STAGE, ex->E, p.N, p.Kdim);
     const int n_rtb = (wg_row_tiles(STAGE, p.N) + RT - 1) / RT;
     const long blocks = (long)n_rtb * moe_cuda_tile_bound(T, K, ex->E, BN) * KS;
     const wg_split split = {ex->split_partial, ex->split_counters};
@@ -554,10 +631,10 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
     if (blocks > 0x7FFFFFFFL)
         return moe_fail(err, MOE_ERR_UNSUPPORTED, "cuda: expert wgmma%d grid of %ld blocks too large",
                         STAGE, blocks);
-    const int smem = wg_smem_bytes<BN, RT, STAGES, CPS>();
-    auto kernel = expert_wgmma_kernel<STAGE, BN, STAGES, RT, PIPE, KS, CPS>;
+    const int smem = wg_smem_bytes<BN, RT, STAGES, CPS, DIRECT>();
+    auto kernel = expert_wgmma_kernel<STAGE, BN, STAGES, RT, PIPE, KS, CPS, DIRECT>;
     CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<(unsigned)blocks, WG_THREADS * RT, smem, stream>>>(p, split);
+    kernel<<<(unsigned)blocks, WG_THREADS * RT, smem, stream>>>(p, split, two_products);
     LAUNCH_CHECK(STAGE == 1 ? "expert_wgmma_kernel<gemm1>" : "expert_wgmma_kernel<gemm2>");
     return MOE_OK;
 }
@@ -567,8 +644,11 @@ moe_status pack(cudaStream_t stream, int E, int N, int Kdim, const uint8_t *w_mx
                 const uint8_t *w_scale, uint8_t **codes, uint8_t **scales, moe_error *err) {
     const size_t chunks = (size_t)E * wg_row_tiles(STAGE, N) * wg_chunks(Kdim);
     CUDA_TRY(cudaMalloc((void **)codes, chunks * WG_A_BYTES > 0 ? chunks * WG_A_BYTES : 1));
-    CUDA_TRY(cudaMalloc((void **)scales, chunks * WG_S_BYTES > 0 ? chunks * WG_S_BYTES : 1));
+    CUDA_TRY(cudaMalloc((void **)scales, chunks * WG_S_BYTES + (size_t)E + 1));
     if (chunks == 0) return MOE_OK;
+    wgmma_flag_experts<<<E, 256, 0, stream>>>((size_t)N * (Kdim / 32), w_scale,
+                                              *scales + wg_flags_offset(STAGE, E, N, Kdim));
+    LAUNCH_CHECK("wgmma_flag_experts");
     wgmma_pack_codes<<<1024, 256, 0, stream>>>(STAGE, E, N, Kdim, w_mx, (uint32_t *)*codes);
     LAUNCH_CHECK("wgmma_pack_codes");
     wgmma_pack_scales<<<256, 256, 0, stream>>>(STAGE, E, N, Kdim, w_scale, (uint32_t *)*scales);
@@ -596,40 +676,48 @@ size_t moe_cuda_wgmma_split_counters(int T, int K, int E, int D, int IL) {
     return (size_t)moe_cuda_tile_bound(T, K, E, 16) * n_rt;
 }
 
-#define WGMMA_LAUNCHERS(NAME, BN, STAGES, RT, PIPE, KS, CPS)                                          \
+#define WGMMA_LAUNCHERS(NAME, BN, ...)                                                            \
     moe_status moe_cuda_expert_wg1_##NAME(cudaStream_t stream, const moe_cuda_experts *ex, int T, \
                                           int K, const uint16_t *x, const int32_t *counts,        \
                                           const int32_t *perm, const moe_cuda_tile *tiles,        \
                                           const int32_t *n_tiles, uint16_t *h, moe_error *err) {  \
         const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);    \
-        return launch<1, BN, STAGES, RT, PIPE, KS, CPS>(stream, ex, T, K, p, ex->w13_wg,               \
-                                                   ex->w13_wg_scale, err);                        \
+        return launch<1, BN, __VA_ARGS__>(stream, ex, T, K, p, ex->w13_wg, ex->w13_wg_scale, err); \
     }                                                                                             \
     moe_status moe_cuda_expert_wg2_##NAME(cudaStream_t stream, const moe_cuda_experts *ex, int T, \
                                           int K, const uint16_t *h, const int32_t *counts,        \
                                           const int32_t *perm, const moe_cuda_tile *tiles,        \
                                           const int32_t *n_tiles, float *y, moe_error *err) {     \
         const stream_args p = stream_args_gemm2(ex, T, h, counts, perm, tiles, n_tiles, y);       \
-        return launch<2, BN, STAGES, RT, PIPE, KS, CPS>(stream, ex, T, K, p, ex->w2_wg,                \
-                                                   ex->w2_wg_scale, err);                         \
+        return launch<2, BN, __VA_ARGS__>(stream, ex, T, K, p, ex->w2_wg, ex->w2_wg_scale, err);   \
     }
 
-/* Measured on an H200, Inkling-Small (docs/device-notes.md): for 16 and 32 rows one row tile a
- * block without the register pipeline was fastest (T = 64, 512); for 128 rows two row tiles a
- * block (the activation tile read from L2 once per 256 weight rows) with the pipeline and
- * stages of two chunks (one barrier and copy round per 128 values: 4992 and 5018 against 5170
- * and 5175 us for the layer at T = 4096). Two-chunk stages for 16 rows changed nothing beyond
- * the noise at T = 1 to 64, and for 32 rows their registers cost a block per multiprocessor
- * and 15 % at T = 512. The split reduction gives a few tokens' few tiles enough blocks to keep
- * every multiprocessor streaming. */
-WGMMA_LAUNCHERS(16, 16, 6, 1, false, 1, 1)
-WGMMA_LAUNCHERS(32, 32, 6, 1, false, 1, 1)
-WGMMA_LAUNCHERS(128, 128, 4, 2, true, 1, 2)
+/* Measured on an H200, Inkling-Small (docs/device-notes.md, "2026-12-01, morning"): for 16
+ * and 32 rows, direct weight loads with four-chunk activation stages (GEMM1 + GEMM2 at T = 64:
+ * 740 us against 853 us for the shared-memory copies of the earlier kernels in the same run, at
+ * T = 512: 1407 against 1560; one-, two- and eight-chunk stages, four stages, L2 requests 16 or
+ * 32 chunks ahead, L1 prefetches and loading a chunk earlier were no faster); for 128 rows two
+ * row tiles a block (the activation tile read from L2 once per 256 weight rows) with the
+ * register pipeline and stages of two chunks (4992 and 5018 against 5170 and 5175 us for the
+ * layer at T = 4096). The split reduction gives a few tokens' few tiles enough blocks to keep
+ * every multiprocessor streaming (GEMM2 split too: 23.3 against 25.0 us at T = 1; splitting up
+ * to T = 8 was slower there). */
+#define WG_SMALL_CONFIG 3, 1, false, 1, 4, true /* stages, RT, PIPE, KS, CPS, DIRECT */
+WGMMA_LAUNCHERS(16, 16, WG_SMALL_CONFIG)
+WGMMA_LAUNCHERS(32, 32, WG_SMALL_CONFIG)
+WGMMA_LAUNCHERS(128, 128, 4, 2, true, 1, 2, false)
+#define WG_SPLIT_CONFIG 3, 1, false, MOE_CUDA_WG_SPLIT, 4, true
 moe_status moe_cuda_expert_wg1_16_split(cudaStream_t stream, const moe_cuda_experts *ex, int T,
                                         int K, const uint16_t *x, const int32_t *counts,
                                         const int32_t *perm, const moe_cuda_tile *tiles,
                                         const int32_t *n_tiles, uint16_t *h, moe_error *err) {
     const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);
-    return launch<1, 16, 6, 1, false, MOE_CUDA_WG_SPLIT, 1>(stream, ex, T, K, p, ex->w13_wg,
-                                                            ex->w13_wg_scale, err);
+    return launch<1, 16, WG_SPLIT_CONFIG>(stream, ex, T, K, p, ex->w13_wg, ex->w13_wg_scale, err);
+}
+moe_status moe_cuda_expert_wg2_16_split(cudaStream_t stream, const moe_cuda_experts *ex, int T,
+                                        int K, const uint16_t *h, const int32_t *counts,
+                                        const int32_t *perm, const moe_cuda_tile *tiles,
+                                        const int32_t *n_tiles, float *y, moe_error *err) {
+    const stream_args p = stream_args_gemm2(ex, T, h, counts, perm, tiles, n_tiles, y);
+    return launch<2, 16, WG_SPLIT_CONFIG>(stream, ex, T, K, p, ex->w2_wg, ex->w2_wg_scale, err);
 }

@@ -6,13 +6,18 @@
  * A lane's 32-bit word holds the 8 E2M1 codes of its four A-fragment registers j = 0..3, two
  * a register (half h = 0: the even reduction index, h = 1: the odd one). decode_word makes
  * register j from the word w by
- *     rotate right by moe_wg_mag_rot(j), keep the magnitude bits 6..8 and 22..24
- *         (and the sign bits 15 and 31 when moe_wg_sign_rot(j) equals moe_wg_mag_rot(j)),
- *     multiply by the scale (bf16 pairs), then
- *     when the two rotations differ, xor in the bits 15 and 31 of w rotated by moe_wg_sign_rot(j),
+ *     bringing w's bits moe_wg_mag_rot(j) places to the right (moe_wg_bring), keeping the
+ *         magnitude bits 6..8 and 22..24 (and the sign bits 15 and 31 when moe_wg_sign_rot(j)
+ *         equals moe_wg_mag_rot(j)),
+ *     multiplying by the scale (bf16 pairs), then
+ *     when the two differ, xoring in the bits 15 and 31 of w brought moe_wg_sign_rot(j) places,
  * so the code's three magnitude bits land on bf16 bits 8..6 and its sign on bit 15 of its half.
- * A search over all rotations found no layout where every register needs one rotation only;
- * this one needs five rotations and two sign merges for four registers.
+ * Where none of the kept bits wraps around, the rotation is a right shift, and where all of
+ * them do, a left shift, which the compiler may put on the multiply pipe (IMAD.SHL): the
+ * integer pipe, the decode's limit (docs/perf-cuda.md), then takes one shift, four masks and two
+ * sign merges a word, and the multiply pipe four shifts. An exhaustive search over every
+ * placement of the rotations found none with fewer integer-pipe instructions; with rotations
+ * alone the fewest are eleven.
  */
 #ifndef INKLING_CUDA_WGMMA_LAYOUT_H
 #define INKLING_CUDA_WGMMA_LAYOUT_H
@@ -23,12 +28,24 @@
 #define MOE_WG_HD
 #endif
 
+#include <stdint.h>
+
 #define MOE_WG_MAG_BITS 0x01C001C0u  /* bf16 bits 8..6 of both halves */
 #define MOE_WG_SIGN_BITS 0x80008000u /* bf16 bit 15 of both halves */
 
 /* Rotations (right) that bring register j's magnitude bits and its sign bits into place. */
-static inline MOE_WG_HD int moe_wg_mag_rot(int j) { return 3 * j; } /* 0, 3, 6, 9 */
-static inline MOE_WG_HD int moe_wg_sign_rot(int j) { return j == 0 ? 4 : j == 3 ? 5 : 3 * j; }
+static inline MOE_WG_HD int moe_wg_mag_rot(int j) { return j == 0 ? 0 : j == 1 ? 3 : j == 2 ? 26 : 29; }
+static inline MOE_WG_HD int moe_wg_sign_rot(int j) { return j == 0 ? 0 : j == 1 ? 30 : j == 2 ? 31 : 29; }
+
+/* w rotated right by n (0..31) on the bits of `kept` (the rest is masked off after): a right
+ * shift when none of them wraps around, a left shift when all do. */
+static inline MOE_WG_HD uint32_t moe_wg_bring(uint32_t w, int n, uint32_t kept) {
+    if (n == 0) return w;
+    const uint32_t wrapping = kept & ~(0xFFFFFFFFu >> n); /* bits t with t + n >= 32 */
+    if (wrapping == 0) return w >> n;
+    if (wrapping == kept) return w << (32 - n);
+    return (w >> n) | (w << (32 - n));
+}
 
 /* The bit of the word that holds bit b (0..2: magnitude, 3: sign) of the code of half h of
  * register j. */
