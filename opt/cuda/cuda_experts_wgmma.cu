@@ -692,7 +692,7 @@ size_t moe_cuda_wgmma_split_counters(int T, int K, int E, int D, int IL) {
         return launch<2, BN, __VA_ARGS__>(stream, ex, T, K, p, ex->w2_wg, ex->w2_wg_scale, err);   \
     }
 
-/* Measured on an H200, Inkling-Small (docs/device-notes.md, "2026-12-01, morning"): for 16
+/* Measured on an H200, Inkling-Small (docs/device-notes.md, "2026-12-01, direct loads"): for 16
  * and 32 rows, direct weight loads with four-chunk activation stages (GEMM1 + GEMM2 at T = 64:
  * 740 us against 853 us for the shared-memory copies of the earlier kernels in the same run, at
  * T = 512: 1407 against 1560; one-, two- and eight-chunk stages, four stages, L2 requests 16 or
