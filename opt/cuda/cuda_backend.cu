@@ -17,7 +17,12 @@
  *     or out of the staging overlaps the DMA of the next;
  *   - moe_cuda_forward_device (cuda_layer.h) runs the same chain on x and out already on the
  *     device: no staging, no upload or download, ordered after and before the caller's stream
- *     by events (or waited for when the caller gives no stream);
+ *     by events (or waited for when the caller gives no stream). It launches the chain as one
+ *     CUDA graph, captured from the two streams for its (T, x, out) and kept until a call with
+ *     another key or a larger workspace: a serving engine calls with the same buffers, and one
+ *     graph launch replaces a dozen launches whose host cost showed beside the 100 us layer
+ *     at T = 1. The graph holds the same kernels in the same order, so its output is bitwise
+ *     the stream-launched one (checked by the lab at every T);
  *   - every device operation of a layer is queued on one of its two streams, never on the legacy
  *     default stream: the streams are non-blocking, so they do not wait for work queued there.
  *     (The weight uploads and the workspace poison once went through cudaMemcpy / cudaMemset on
@@ -93,6 +98,12 @@ struct cuda_state {
     float *out;         /* [T, D] */
     int32_t *counts;    /* [E] */
     int32_t *n_tiles;   /* [1] */
+    unsigned *front_ticket; /* [1] the small-T front end's, zero between launches */
+    /* the device entry's captured layer, valid for graph_T tokens on graph_x, graph_out */
+    cudaGraphExec_t graph;
+    int graph_T;
+    const void *graph_x;
+    const void *graph_out;
     float *stage;       /* stage conversions, stage_cap floats */
     size_t stage_cap;
     void *flush;        /* L2_FLUSH_BYTES, allocated on first use */
@@ -175,7 +186,15 @@ bool cuda_wgmma_supports(const moe_config *cfg, const moe_split *split, const mo
     return supports_variant(MOE_CUDA_EXPERTS_WGMMA, cfg, split, opt, why, why_len);
 }
 
+/* The captured layer is dropped with the buffers it was captured on. */
+void drop_graph(cuda_state *s) {
+    if (s->graph) cudaGraphExecDestroy(s->graph);
+    s->graph = NULL;
+    s->graph_T = 0, s->graph_x = NULL, s->graph_out = NULL;
+}
+
 void free_workspace(cuda_state *s) {
+    drop_graph(s);
     cudaFree(s->ws);
     s->ws = NULL;
     s->experts.split_partial = NULL, s->experts.split_counters = NULL;
@@ -409,6 +428,7 @@ moe_status ensure_workspace(cuda_state *s, int T, moe_error *err) {
         t * D * 4,                                                  /* out */
         split_floats * 4,                                           /* split_partial */
         split_counters * 4,                                         /* split_counters */
+        4,                                                          /* front_ticket */
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += align_up(sizes[i]);
@@ -427,13 +447,14 @@ moe_status ensure_workspace(cuda_state *s, int T, moe_error *err) {
                       (void **)&s->tiles,  (void **)&s->h,      (void **)&s->y,
                       (void **)&s->sink_gu, (void **)&s->sink_h, (void **)&s->sink_y,
                       (void **)&s->out, (void **)&s->experts.split_partial,
-                      (void **)&s->experts.split_counters};
+                      (void **)&s->experts.split_counters, (void **)&s->front_ticket};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         *slots[i] = p;
         p += align_up(sizes[i]);
     }
     /* the arrival counts start at zero; each split launch leaves them so */
     CUDA_TRY(cudaMemsetAsync(s->experts.split_counters, 0, split_counters * 4, s->routed));
+    CUDA_TRY(cudaMemsetAsync(s->front_ticket, 0, 4, s->routed));
     s->T_cap = T;
     return MOE_OK;
 }
@@ -655,8 +676,17 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, bool t
     cudaStream_t st = s->routed;
     CUDA_TRY(cudaEventRecord(s->x_ready, st));
 
-    if (moe_cuda_gate_small_fits(T, D)) { /* a few tokens: cuBLASLt is far from the floor */
-        TRY(moe_cuda_gate_small(st, T, D, s->G, x, s->gate_w, s->logits, err));
+    /* Few rows per expert: stream the weights (GEMV); else tiles on the tensor cores. */
+    const expert_kernels *kern = expert_kernels_for(s, T);
+    bool grouped = false;
+    if (moe_cuda_front_small_fits(T, D)) { /* a few tokens: one launch for the three steps */
+        grouped = moe_cuda_front_small_groups(T, K);
+        const moe_cuda_front_args front = {
+            T, D, s->G, s->R, K, S, s->shard->cfg.route_scale, s->shard->global_scale,
+            x, s->gate_w, s->gate_bias, s->logits, s->ids, s->weights, s->bad, s->front_ticket,
+            s->E, s->expert_first, grouped ? kern->tile_m : 0, s->group_scratch, s->counts,
+            s->perm, s->tiles, s->n_tiles};
+        TRY(moe_cuda_front_small(st, &front, err));
     } else {
         TRY(moe_cuda_lt_plan_for(s->lt, &s->gate_plan, s->G, D, T, CUDA_R_32F, LT_WORKSPACE_BYTES,
                                  err));
@@ -664,17 +694,18 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, bool t
                             LT_WORKSPACE_BYTES, st, err));
     }
     TRY(mark(s, timed, EV_GATE, st, err));
-    TRY(moe_cuda_route(st, T, D, s->R, K, S, s->shard->cfg.route_scale, s->shard->global_scale,
-                       x, s->logits, s->gate_bias, s->ids, s->weights, s->bad, err));
+    if (!moe_cuda_front_small_fits(T, D))
+        TRY(moe_cuda_route(st, T, D, s->R, K, S, s->shard->cfg.route_scale,
+                           s->shard->global_scale, x, s->logits, s->gate_bias, s->ids, s->weights,
+                           s->bad, err));
     CUDA_TRY(cudaEventRecord(s->route_ready, st));
     TRY(mark(s, timed, EV_ROUTE, st, err));
 
     TRY(run_sinks(s, T, x, timed, err));
 
-    /* Few rows per expert: stream the weights (GEMV); else tiles on the tensor cores. */
-    const expert_kernels *kern = expert_kernels_for(s, T);
-    TRY(moe_cuda_group(st, T, K, s->E, s->expert_first, kern->tile_m, s->ids, s->bad,
-                       s->group_scratch, s->counts, s->perm, s->tiles, s->n_tiles, err));
+    if (!grouped)
+        TRY(moe_cuda_group(st, T, K, s->E, s->expert_first, kern->tile_m, s->ids, s->bad,
+                           s->group_scratch, s->counts, s->perm, s->tiles, s->n_tiles, err));
     TRY(mark(s, timed, EV_GROUP, st, err));
     TRY(kern->gemm1(st, &s->experts, T, K, x, s->counts, s->perm, s->tiles, s->n_tiles, s->h,
                     err));
@@ -750,8 +781,46 @@ bool on_device(const cuda_state *s, const void *p) {
            a.device == s->device;
 }
 
+/* The layer on x [T, D] and out [T, D] (device) as s->graph: captured from the routed stream
+ * (the sinks stream joins through its events) unless the graph already holds this key. An
+ * existing graph is updated in place where CUDA allows it, else instantiated again. */
+moe_status capture_layer(cuda_state *s, int T, const uint16_t *x, float *out, moe_error *err) {
+    if (s->graph && s->graph_T == T && s->graph_x == x && s->graph_out == out) return MOE_OK;
+    CUDA_TRY(cudaStreamBeginCapture(s->routed, cudaStreamCaptureModeRelaxed));
+    moe_status st = run_layer(s, T, x, out, false, err);
+    cudaGraph_t g = NULL;
+    const cudaError_t ended = cudaStreamEndCapture(s->routed, &g);
+    if (!st && ended != cudaSuccess)
+        st = moe_fail(err, MOE_ERR_DEVICE, "cuda: capturing the layer for T = %d failed: %s", T,
+                      cudaGetErrorString(ended));
+    cudaGetLastError(); /* a failed capture leaves its error behind; it is reported above */
+    if (!st && s->graph) {
+        cudaGraphExecUpdateResultInfo info;
+        if (cudaGraphExecUpdate(s->graph, g, &info) != cudaSuccess) {
+            cudaGetLastError();
+            drop_graph(s);
+        }
+    }
+    if (!st && !s->graph) {
+        const cudaError_t e = cudaGraphInstantiate(&s->graph, g, 0);
+        if (e != cudaSuccess) {
+            s->graph = NULL;
+            st = moe_fail(err, MOE_ERR_DEVICE, "cuda: cudaGraphInstantiate of the layer for "
+                          "T = %d failed: %s", T, cudaGetErrorString(e));
+        }
+    }
+    if (g) cudaGraphDestroy(g);
+    if (st) {
+        drop_graph(s);
+        return st;
+    }
+    s->graph_T = T, s->graph_x = x, s->graph_out = out;
+    return MOE_OK;
+}
+
 /* The device entry (cuda_layer.h) once its arguments are checked. Timed (times non-NULL,
- * caller NULL): no upload or download, so both intervals are empty. */
+ * caller NULL): no upload or download, so both intervals are empty, and the chain is launched
+ * kernel by kernel between the timing events; untimed: the captured graph. */
 moe_status forward_device(cuda_state *s, int T, const uint16_t *x_dev, float *out_dev,
                           cudaStream_t caller, moe_cuda_stage_times *times, moe_error *err) {
     const bool timed = times != NULL;
@@ -771,7 +840,12 @@ moe_status forward_device(cuda_state *s, int T, const uint16_t *x_dev, float *ou
         CUDA_TRY(cudaMemcpyAsync(s->x, x_dev, (size_t)T * s->D * 2, cudaMemcpyDeviceToDevice, st));
         x = s->x;
     }
-    TRY(run_layer(s, T, x, out_dev, timed, err));
+    if (timed) {
+        TRY(run_layer(s, T, x, out_dev, timed, err));
+    } else {
+        TRY(capture_layer(s, T, x, out_dev, err));
+        CUDA_TRY(cudaGraphLaunch(s->graph, st));
+    }
     TRY(mark(s, timed, EV_DOWNLOAD, st, err));
     if (caller) {
         CUDA_TRY(cudaEventRecord(s->layer_done, st));
@@ -840,8 +914,8 @@ extern "C" moe_status moe_cuda_forward_device_timed(void *state, int T, const ui
                                                     float *out_dev, moe_cuda_stage_times *times,
                                                     moe_error *err) {
     cuda_state *s = (cuda_state *)state;
-    if (!s || !times) return moe_fail(err, MOE_ERR_ARG, "cuda timing: NULL state or times");
-    memset(times, 0, sizeof *times);
+    if (!s) return moe_fail(err, MOE_ERR_ARG, "cuda timing: NULL state");
+    if (times) memset(times, 0, sizeof *times);
     if (T <= 0) return T < 0 ? moe_fail(err, MOE_ERR_ARG, "cuda timing: T = %d", T) : MOE_OK;
     if (!on_device(s, x_dev) || !on_device(s, out_dev))
         return moe_fail(err, MOE_ERR_ARG, "cuda timing: x_dev and out_dev must be memory of "

@@ -66,12 +66,6 @@ typedef enum {
 /* The path's tiling constants as shape hints (moe.h), ended by {NULL}: cuda_experts.cu. */
 extern const moe_shape_hint moe_cuda_shape_hints[];
 
-/* One tile of the grouped GEMMs: local expert and first row within that expert's group. */
-typedef struct {
-    int expert;
-    int row0;
-} moe_cuda_tile;
-
 /* Upper bound on the tiles that T*K assignments over E local experts can need, tile_m rows a
  * tile (each expert's last tile may be partial). */
 static inline int moe_cuda_tile_bound(int T, int K, int E, int tile_m) {
@@ -80,18 +74,46 @@ static inline int moe_cuda_tile_bound(int T, int K, int E, int tile_m) {
     return (int)bound;
 }
 
-/* ---------------------------------------------------------------- gate (cuda_gate.cu) */
+/* ---------------------------------------------------------------- small-T front (cuda_front_small.cu) */
 
-/* Gate logits for a few tokens without cuBLASLt: x [T, D] bf16, w [G, D] bf16 -> logits
- * [T, G] fp32, fp32 sums in one fixed order. Only where moe_cuda_gate_small_fits(T, D). */
-#define MOE_CUDA_GATE_SMALL_MAX_T 8
-bool moe_cuda_gate_small_fits(int T, int D);
-moe_status moe_cuda_gate_small(cudaStream_t stream, int T, int D, int G, const uint16_t *x,
-                               const uint16_t *w, float *logits, moe_error *err);
+/* The tile the grouping lists (cuda_group.cu), here so the front end can take it by value. */
+typedef struct {
+    int expert;
+    int row0;
+} moe_cuda_tile;
+
+/* What the small-T front end reads and writes. x [T, D] bf16, gate_w [G, D] bf16, bias [R] or
+ * NULL -> logits [T, G] fp32 (fp32 sums in one fixed order), ids [T, K], weights [T, K+S],
+ * bad [T]; ticket [1], zero between launches. Grouping when tile_m > 0 (as moe_cuda_group):
+ * chunk_counts (scratch), counts [E], perm [E, T], tiles, n_tiles [1]. */
+typedef struct {
+    int T, D, G, R, K, S;
+    float route_scale, global_scale;
+    const uint16_t *x, *gate_w;
+    const float *bias;
+    float *logits;
+    int32_t *ids;
+    float *weights;
+    int32_t *bad;
+    unsigned *ticket;
+    int E, expert_first, tile_m;
+    int32_t *chunk_counts, *counts, *perm;
+    moe_cuda_tile *tiles;
+    int32_t *n_tiles;
+} moe_cuda_front_args;
+
+/* Gate, routing and (where moe_cuda_front_small_groups) grouping for a few tokens in one
+ * launch, where the three kernels' launches and waits cost more than their work. Only where
+ * moe_cuda_front_small_fits(T, D). */
+#define MOE_CUDA_FRONT_SMALL_MAX_T 8
+bool moe_cuda_front_small_fits(int T, int D);
+bool moe_cuda_front_small_groups(int T, int K);
+moe_status moe_cuda_front_small(cudaStream_t stream, const moe_cuda_front_args *args,
+                                moe_error *err);
 
 /* ---------------------------------------------------------------- routing (cuda_route.cu) */
 
-/* Selection and weights, one block per token, exactly as common/routing.c computes them.
+/* Selection and weights, one warp per token, exactly as common/routing.c computes them.
  * logits [T, R+S] fp32 (rows of non-finite tokens are overwritten with NaN), bias [R] or NULL,
  * x [T, D] bf16 or NULL (NULL: every row counts as finite, the `route` entry),
  * ids [T, K], weights [T, K+S], bad [T] (1 for a token whose x row holds NaN/inf) or NULL. */
@@ -175,7 +197,7 @@ moe_cuda_expert_gemm1_fn moe_cuda_expert_wg1_16, moe_cuda_expert_wg1_32, moe_cud
     moe_cuda_expert_wg1_16_split;
 moe_cuda_expert_gemm2_fn moe_cuda_expert_wg2_16, moe_cuda_expert_wg2_32, moe_cuda_expert_wg2_128,
     moe_cuda_expert_wg2_16_split;
-#define MOE_CUDA_WG_SPLIT 4
+#define MOE_CUDA_WG_SPLIT 2
 #define MOE_CUDA_WG_SPLIT_MAX_T 4
 /* The split scratch for T tokens: fp32 partial sums and int32 arrival counts (zeroed once). */
 size_t moe_cuda_wgmma_split_floats(int T, int K, int E, int D, int IL);

@@ -37,7 +37,8 @@ moe_status moe_cuda_forward_timed(void *state, int T, const uint16_t *x, float *
 
 /* The same on x_dev [T, D] bf16 and out_dev [T, D] fp32 already on the device, as
  * moe_cuda_forward_device (cuda_layer.h) with no stream: upload and download are empty (0),
- * `device` is the layer as a serving engine calls it. */
+ * `device` is the layer as a serving engine calls it. times NULL: exactly the serving call
+ * (its captured graph, no events), for timing it by the host's clock. */
 moe_status moe_cuda_forward_device_timed(void *state, int T, const uint16_t *x_dev,
                                          float *out_dev, moe_cuda_stage_times *times,
                                          moe_error *err);
