@@ -12,7 +12,7 @@
  *     non-finite token) exports zeros in routed_h and routed_y (moe.h, moe_stages);
  *   - the routing output is ids [T, K] in slot order and weights [T, K+S], routed weights then
  *     sink gammas (contract.md [routing]); the stages hold them as the path computed them.
- * The device kernels keep their own device-side copy of the non-finite test (cuda_route.cu).
+ * The device kernels keep their own device-side copy of the non-finite test (cuda_route_warp.cuh).
  */
 #ifndef INKLING_LAYER_RULES_H
 #define INKLING_LAYER_RULES_H
