@@ -542,11 +542,11 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     uint32_t sw[CPS];
     if (DIRECT) {
         /* Each lane reads its own 16 code bytes and scale word of a chunk straight into
-         * registers, one chunk ahead of their decode (two for 16-row tiles), from L2: one thread of the block asks L2
-         * for the row tile's codes and scales WG_L2_AHEAD chunks ahead in bulk. No shared
-         * memory, copy round or barrier for the weights; the barrier is paid once per CPS
-         * chunks, for the activations. The chunk loop is not unrolled: ptxas would otherwise
-         * decode a chunk ahead into a second register set. */
+         * registers, one chunk ahead of their decode (two for 16-row tiles), from L2: one
+         * thread of the block asks L2 for the row tile's codes and scales WG_L2_AHEAD chunks
+         * ahead in bulk. No shared memory, copy round or barrier for the weights; the barrier
+         * is paid once per CPS chunks, for the activations. The chunk loop is not unrolled:
+         * ptxas would otherwise decode a chunk ahead into a second register set. */
         const size_t my_chunk0 = ((size_t)tile.expert * n_rt + rt) * n_kc;
         const uint8_t *tile_codes = p.w_mx + my_chunk0 * WG_A_BYTES;
         const uint8_t *tile_scales = p.w_scale + my_chunk0 * WG_S_BYTES;
@@ -559,15 +559,22 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
             l2_prefetch(tile_scales + (size_t)kc * WG_S_BYTES, (uint32_t)n * WG_S_BYTES);
         };
         prefetch(kc_begin, WG_L2_AHEAD + CPS);
+        /* the stage's activations are in; L2 is asked for the chunks after the next CPS */
+        auto open_stage = [&](int st) {
+            const int kc0 = kc_begin + st * CPS;
+            begin_stage(st);
+            prefetch(kc0 + WG_L2_AHEAD + CPS, CPS);
+            return kc0;
+        };
         if constexpr (BN == 16) {
             /* 16-row tiles: two chunks in flight a lane, chunk kc in set kc % 2, chunk kc + 2
-             * loaded into the same set once kc is decoded; the empty asm keeps set h's decode after
-             * the previous chunk's wgmma wait (else ptxas decodes ahead into a second fragment
-             * set). Measured 2-5 % faster at T <= 64; the 32-row tiles, capped at 64 registers,
-             * 2.5 % slower with it (docs/device-notes.md). */
+             * loaded into the same set once kc is decoded; the empty asm keeps set h's decode
+             * after the previous chunk's wgmma wait (else ptxas decodes ahead into a second
+             * fragment set). Measured 2-5 % faster at T <= 64; the 32-row tiles, capped at 64
+             * registers, 2.5 % slower with it (docs/device-notes.md). */
             static_assert(CPS % 2 == 0, "two register sets need an even number of chunks a stage");
             uint32_t wq[2][4], swq[2];
-    #pragma unroll
+#pragma unroll
             for (int h = 0; h < 2; h++)
                 if (kc_begin + h < kc_end) {
                     load_codes(my_codes + (size_t)(kc_begin + h) * WG_A_BYTES, wq[h]);
@@ -575,12 +582,10 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
                 }
             uint32_t a[4][4];
             for (int st = 0; st < n_stages; st++) {
-                const int kc0 = kc_begin + st * CPS;
-                begin_stage(st);
-                prefetch(kc0 + WG_L2_AHEAD + CPS, CPS);
-    #pragma unroll 1
+                const int kc0 = open_stage(st);
+#pragma unroll 1
                 for (int j = 0; j < CPS; j += 2) {
-    #pragma unroll
+#pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int kc = kc0 + j + h;
                         if (kc >= kc_end) break;
@@ -603,10 +608,8 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
             uint32_t swq = load_scale_word(my_scales + (size_t)kc_begin * WG_S_BYTES);
             uint32_t a[4][4];
             for (int st = 0; st < n_stages; st++) {
-                const int kc0 = kc_begin + st * CPS;
-                begin_stage(st);
-                prefetch(kc0 + WG_L2_AHEAD + CPS, CPS);
-    #pragma unroll 1
+                const int kc0 = open_stage(st);
+#pragma unroll 1
                 for (int j = 0; j < CPS; j++) {
                     const int kc = kc0 + j;
                     if (kc >= kc_end) break;
