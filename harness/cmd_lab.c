@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "lab.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -26,10 +27,22 @@ static void usage(FILE *f) {
             "  runs every variant (--variant all: each CUDA variant the registry lists) on the same\n"
             "  layer and inputs at each T: bitwise determinism, sampled tokens judged against the\n"
             "  reference with the contract's envelope, the median of --iters calls per stage after\n"
-            "  an L2 flush beside the bytes, FLOPs and floor of the stage (--stage: which stages)\n");
+            "  an L2 flush beside the bytes, FLOPs and floor of the stage (--stage: which stages),\n"
+            "  and the spread of the layer's calls (p10, median, p90; per stage in the CSV)\n");
 }
 
 /* "all" (every T of tokens), "none", or a list of T that must each be in tokens. */
+/* Whether the file at path begins with LAB_CSV_HEADER: rows are only ever appended under
+ * their own columns. */
+static bool csv_header_matches(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    char line[sizeof LAB_CSV_HEADER + 2];
+    const bool ok = fgets(line, sizeof line, f) && strcmp(line, LAB_CSV_HEADER "\n") == 0;
+    fclose(f);
+    return ok;
+}
+
 static int parse_check(const char *list, lab_plan *p) {
     const bool all = strcmp(list, "all") == 0, none = strcmp(list, "none") == 0;
     for (int i = 0; i < p->n_tokens; i++) p->check[i] = all;
@@ -114,6 +127,10 @@ int cmd_lab(int argc, char **argv) {
     if (csv_path) {
         struct stat sb;
         const bool fresh = stat(csv_path, &sb) != 0 || sb.st_size == 0;
+        if (!fresh && S_ISREG(sb.st_mode) && !csv_header_matches(csv_path))
+            return cli_fail("lab", "argument --csv: %s does not begin with this lab's header "
+                            "(another tool's file, or an older lab's columns); name a new file",
+                            csv_path);
         csv = fopen(csv_path, "a");
         if (!csv) return cli_fail("lab", "argument --csv: cannot open %s for appending", csv_path);
         if (fresh) fprintf(csv, "%s\n", LAB_CSV_HEADER);

@@ -66,7 +66,8 @@ typedef enum { LAB_FOCUS_LAYER = 0, LAB_FOCUS_EXPERTS, LAB_FOCUS_GATE, LAB_FOCUS
 #define LAB_FOCUS_CHOICES "layer,experts,gate,route,group,sinks,combine,transfers"
 
 #define LAB_CSV_HEADER \
-    "shape,variant,T,stage,bytes,flops,median_us,floor_us,achieved_GBps,achieved_TFLOPs,x_floor"
+    "shape,variant,T,stage,bytes,flops,median_us,floor_us,achieved_GBps,achieved_TFLOPs,x_floor," \
+    "p10_us,p90_us"
 
 /* How the lab drives a variant's calls and times them: the CUDA backend's stage events
  * (lab_cuda_timer), or a test double. "Device" buffers are the timer's own memory; the lab
@@ -136,9 +137,17 @@ bool lab_focus_has(lab_focus f, lab_stage_id s);
 /* The floor of a stage, in seconds. */
 double lab_floor_s(const lab_stage *s);
 
-/* One CSV row (no header) for a stage whose median time is median_us. */
+/* A stage's timed calls: their median and, for the spread, the 10th and 90th percentiles. */
+typedef struct {
+    double median_us, p10_us, p90_us;
+} lab_times;
+
+/* times [n] (any order) -> their median and percentiles (sorts times). */
+lab_times lab_times_of(float *times, int n);
+
+/* One CSV row (no header) for a stage timed t (rates and x_floor from the median). */
 void lab_csv_row(FILE *f, const char *shape, const char *variant, int T, const lab_stage *s,
-                 double median_us);
+                 lab_times t);
 
 /* Runs the plan: prints a table per (T, variant) on out and appends rows to csv (NULL: none).
  * Returns the exit status: 0 every check passed, 1 a check failed, LAB_EXIT_SKIPPED when

@@ -6,7 +6,8 @@
  *     the contract's envelope (compare.h): logits, ids (near-ties judged), weights, output; the
  *     reference runs once per T for every variant;
  *   - timed: 3 warm-up calls, then `iters` calls, each after the backend overwrites 256 MB
- *     (past the 50 MB L2) and on one of LAB_ROTATE inputs in turn; the median of each stage's
+ *     (past the 50 MB L2) and on one of LAB_ROTATE inputs in turn; the median (and for the
+ *     spread the 10th and 90th percentiles) of each stage's
  *     CUDA event interval (opt/cuda/cuda_profile.h) and of the host's wall clock of the call;
  *     the same for the call on x and out already on the device (its host clock), whose last
  *     output must equal the host call's bit for bit.
@@ -73,16 +74,6 @@ static moe_status batch_make(const lab_plan *p, int T, lab_batch *b, moe_error *
     }
     if (st) batch_free(b);
     return st;
-}
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-static float median(float *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_float);
-    return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Judges the variant's rows of the sampled tokens (gpu: all T, cut down here) against the
@@ -238,7 +229,12 @@ static int run_variant(const lab_plan *p, const lab_timer *tm, const moe_layer_d
         fprintf(out, "  %-20s %10s %12s %10s %8s %10s %8s\n", "stage", "median us", "bytes", "GB/s",
                 "TFLOP/s", "floor us", "x floor");
         double us_of[LAB_STAGE_COUNT];
-        for (int s = 0; s < LAB_STAGE_COUNT; s++) us_of[s] = median(samples + (size_t)s * iters, iters) * 1e3;
+        lab_times times_of[LAB_STAGE_COUNT];
+        for (int s = 0; s < LAB_STAGE_COUNT; s++) {
+            const lab_times ms = lab_times_of(samples + (size_t)s * iters, iters);
+            times_of[s] = (lab_times){ms.median_us * 1e3, ms.p10_us * 1e3, ms.p90_us * 1e3};
+            us_of[s] = times_of[s].median_us;
+        }
         for (int s = 0; s < LAB_STAGE_COUNT; s++) {
             if (!lab_focus_has(p->focus, (lab_stage_id)s)) continue;
             const double us = us_of[s], secs = us * 1e-6;
@@ -247,9 +243,12 @@ static int run_variant(const lab_plan *p, const lab_timer *tm, const moe_layer_d
                     stages[s].bytes, secs > 0 ? stages[s].bytes / secs * 1e-9 : 0.0,
                     secs > 0 ? stages[s].flops / secs * 1e-12 : 0.0, floor_s * 1e6,
                     floor_s > 0 ? secs / floor_s : 0.0);
-            if (csv) lab_csv_row(csv, p->shape, be->name, T, &stages[s], us);
+            if (csv) lab_csv_row(csv, p->shape, be->name, T, &stages[s], times_of[s]);
         }
         if (csv) fflush(csv);
+        /* how far apart the calls were: a change smaller than this spread is not shown */
+        fprintf(out, "  spread of the %d calls, layer on device: p10 %.1f, median %.1f, p90 %.1f us\n",
+                iters, times_of[LAB_DEVICE].p10_us, us_of[LAB_DEVICE], times_of[LAB_DEVICE].p90_us);
         /* what the host's call adds to the layer's device time */
         if (us_of[LAB_DEVICE] > 0)
             fprintf(out, "  host clock / layer on device: forward call %.2f, device-pointer call %.2f\n",

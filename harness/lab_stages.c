@@ -3,6 +3,7 @@
 #include "lab.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 void lab_stages(const moe_config *c, int T, int distinct, lab_stage out[LAB_STAGE_COUNT]) {
     const double t = T, D = c->D, I = c->I, K = c->K, S = c->S, G = (double)c->R + c->S;
@@ -54,10 +55,33 @@ bool lab_focus_has(lab_focus f, lab_stage_id s) {
 
 double lab_floor_s(const lab_stage *s) { return fmax(s->bytes / LAB_COPY_BW, s->flops / LAB_BF16_RATE); }
 
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* The value at fraction q of the sorted v [n], interpolated between neighbours. */
+static double quantile(const float *v, int n, double q) {
+    const double at = q * (n - 1);
+    const int lo = (int)at, hi = lo + 1 < n ? lo + 1 : lo;
+    return v[lo] + (at - lo) * (v[hi] - v[lo]);
+}
+
+lab_times lab_times_of(float *times, int n) {
+    lab_times t = {0.0, 0.0, 0.0};
+    if (n < 1) return t;
+    qsort(times, (size_t)n, sizeof *times, cmp_float);
+    t.median_us = quantile(times, n, 0.5);
+    t.p10_us = quantile(times, n, 0.1);
+    t.p90_us = quantile(times, n, 0.9);
+    return t;
+}
+
 void lab_csv_row(FILE *f, const char *shape, const char *variant, int T, const lab_stage *s,
-                 double median_us) {
-    const double floor_us = lab_floor_s(s) * 1e6, secs = median_us * 1e-6;
-    fprintf(f, "%s,%s,%d,%s,%.0f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f\n", shape, variant, T, s->name,
-            s->bytes, s->flops, median_us, floor_us, secs > 0 ? s->bytes / secs * 1e-9 : 0.0,
-            secs > 0 ? s->flops / secs * 1e-12 : 0.0, floor_us > 0 ? median_us / floor_us : 0.0);
+                 lab_times t) {
+    const double floor_us = lab_floor_s(s) * 1e6, secs = t.median_us * 1e-6;
+    fprintf(f, "%s,%s,%d,%s,%.0f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", shape, variant, T,
+            s->name, s->bytes, s->flops, t.median_us, floor_us,
+            secs > 0 ? s->bytes / secs * 1e-9 : 0.0, secs > 0 ? s->flops / secs * 1e-12 : 0.0,
+            floor_us > 0 ? t.median_us / floor_us : 0.0, t.p10_us, t.p90_us);
 }

@@ -190,13 +190,15 @@ static void test_stage_table(void **state) {
     for (int i = 0; i < LAB_STAGE_COUNT; i++) assert_true(lab_focus_has(LAB_FOCUS_LAYER, (lab_stage_id)i));
 }
 
-/* A row has the header's columns; rates and x_floor follow from bytes, FLOPs and the median. */
+/* A row has the header's columns; rates and x_floor follow from bytes, FLOPs and the median;
+ * the spread's percentiles close the row. */
 static void test_csv_row(void **state) {
     (void)state;
     const lab_stage s = {"GEMM1+SwiGLU", 4.2e6, 7.8e8};
     FILE *f = tmpfile();
     assert_non_null(f);
-    lab_csv_row(f, "inkling-small", "cuda-gemv", 8, &s, 2.0);
+    const lab_times t = {2.0, 1.5, 3.25};
+    lab_csv_row(f, "inkling-small", "cuda-gemv", 8, &s, t);
     rewind(f);
     char line[512];
     assert_non_null(fgets(line, sizeof line, f));
@@ -207,9 +209,10 @@ static void test_csv_row(void **state) {
     assert_int_equal(commas, header_commas);
     char shape[32], variant[32], stage[32];
     int T;
-    double bytes, flops, us, floor_us, gbps, tflops, x;
-    assert_int_equal(sscanf(line, "%31[^,],%31[^,],%d,%31[^,],%lf,%lf,%lf,%lf,%lf,%lf,%lf", shape,
-                            variant, &T, stage, &bytes, &flops, &us, &floor_us, &gbps, &tflops, &x), 11);
+    double bytes, flops, us, floor_us, gbps, tflops, x, p10, p90;
+    assert_int_equal(sscanf(line, "%31[^,],%31[^,],%d,%31[^,],%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf",
+                            shape, variant, &T, stage, &bytes, &flops, &us, &floor_us, &gbps,
+                            &tflops, &x, &p10, &p90), 13);
     assert_string_equal(shape, "inkling-small");
     assert_string_equal(variant, "cuda-gemv");
     assert_string_equal(stage, "GEMM1+SwiGLU");
@@ -219,6 +222,42 @@ static void test_csv_row(void **state) {
     assert_true(fabs(gbps - 2100.0) < 0.1);     /* 4.2 MB in 2 us */
     assert_true(fabs(tflops - 390.0) < 1e-3);   /* 780 MFLOP in 2 us */
     assert_true(fabs(x - 2.0) < 1e-3);
+    assert_true(p10 == 1.5 && p90 == 3.25);
+}
+
+/* Median and percentiles of the timed calls, whatever their order: 1..11 ms give 6, 2 and 10;
+ * an even count interpolates; one call is its own spread. */
+static void test_times_spread(void **state) {
+    (void)state;
+    float v[11] = {7, 3, 11, 1, 9, 5, 2, 10, 4, 8, 6};
+    lab_times t = lab_times_of(v, 11);
+    assert_true(t.median_us == 6.0 && t.p10_us == 2.0 && t.p90_us == 10.0);
+    float w[4] = {4, 1, 3, 2};
+    t = lab_times_of(w, 4);
+    assert_true(fabs(t.median_us - 2.5) < 1e-12 && fabs(t.p10_us - 1.3) < 1e-6 &&
+                fabs(t.p90_us - 3.7) < 1e-6);
+    float one[1] = {5};
+    t = lab_times_of(one, 1);
+    assert_true(t.median_us == 5.0 && t.p10_us == 5.0 && t.p90_us == 5.0);
+}
+
+/* Rows are appended only under this lab's header: a file that begins otherwise is refused with
+ * one line naming it, and left as it was. */
+static void test_csv_other_header_refused(void **state) {
+    (void)state;
+    char path[400], args[600];
+    snprintf(path, sizeof path, "%s/old.csv", dir);
+    const char *old = "shape,variant,T,stage,bytes\nkept,as,it,was,1\n";
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(old, f);
+    fclose(f);
+    snprintf(args, sizeof args, "--small --variant cuda --csv '%s'", path);
+    const int rc = run_lab(args);
+    const char *e = test_text_of(err_path);
+    if (rc != 2 || !strstr(e, path) || strchr(e, '\n') != e + strlen(e) - 1)
+        fail_msg("exit %d, stderr: %s", rc, e);
+    assert_string_equal(test_text_of(path), old);
 }
 
 /* Without a GPU the lab judges nothing: SKIPPED, exit 77, never a pass; the CSV holds the
@@ -353,6 +392,8 @@ static void test_whole_run_on_host_timer(void **state) {
         assert_non_null(strstr(text, "five further runs bitwise identical: yes"));
         assert_non_null(strstr(text, "device-pointer call bitwise equal to the host call: yes"));
         assert_non_null(strstr(text, "sampled tokens:"));
+        assert_non_null(strstr(text, "spread of the 3 calls, layer on device: p10 12000.0, "
+                                     "median 12000.0, p90 12000.0 us"));
         char line[512];
         rewind(csv);
         while (fgets(line, sizeof line, csv)) {
@@ -403,7 +444,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_variants_from_registry), cmocka_unit_test(test_token_lists),
         cmocka_unit_test(test_shapes_and_cases),       cmocka_unit_test(test_stage_table),
-        cmocka_unit_test(test_csv_row),                cmocka_unit_test(test_command_skips_without_gpu),
+        cmocka_unit_test(test_csv_row),                cmocka_unit_test(test_times_spread),
+        cmocka_unit_test(test_csv_other_header_refused), cmocka_unit_test(test_command_skips_without_gpu),
         cmocka_unit_test(test_command_usage),          cmocka_unit_test(test_whole_run_on_host_timer),
         cmocka_unit_test(test_small_on_gpu),
         cmocka_unit_test(test_plot_from_fixture),
