@@ -66,6 +66,12 @@ typedef enum {
 /* The path's tiling constants as shape hints (moe.h), ended by {NULL}: cuda_experts.cu. */
 extern const moe_shape_hint moe_cuda_shape_hints[];
 
+/* One tile of the grouped GEMMs: local expert and first row within that expert's group. */
+typedef struct {
+    int expert;
+    int row0;
+} moe_cuda_tile;
+
 /* Upper bound on the tiles that T*K assignments over E local experts can need, tile_m rows a
  * tile (each expert's last tile may be partial). */
 static inline int moe_cuda_tile_bound(int T, int K, int E, int tile_m) {
@@ -75,12 +81,6 @@ static inline int moe_cuda_tile_bound(int T, int K, int E, int tile_m) {
 }
 
 /* ---------------------------------------------------------------- small-T front (cuda_front_small.cu) */
-
-/* The tile the grouping lists (cuda_group.cu), here so the front end can take it by value. */
-typedef struct {
-    int expert;
-    int row0;
-} moe_cuda_tile;
 
 /* What the small-T front end reads and writes. x [T, D] bf16, gate_w [G, D] bf16, bias [R] or
  * NULL -> logits [T, G] fp32 (fp32 sums in one fixed order), ids [T, K], weights [T, K+S],
