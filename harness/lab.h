@@ -51,6 +51,8 @@ typedef enum {
     LAB_HOST,   /* one forward call on the host's clock, transfers included */
     LAB_DEVICE_CALL, /* one call on x and out already on the device (as a serving engine makes
                         it, opt/cuda/cuda_profile.h), on the host's clock */
+    LAB_SERVING_DEVICE, /* the same call's captured graph on the device: one event pair around
+                           its launch, no events between its kernels */
     LAB_STAGE_COUNT
 } lab_stage_id;
 
@@ -80,9 +82,10 @@ typedef struct {
     moe_status (*call)(const moe_backend *be, void *state, int T, const uint16_t *x, float *out,
                        float ms[LAB_DEVICE + 1], moe_error *err);
     /* The same call on x_dev and out_dev, buffers of dev_alloc, returning when out_dev holds
-     * the result. */
+     * the result. device_ms NULL: the call exactly as a serving engine makes it; else also the
+     * call's interval on the device, in milliseconds. */
     moe_status (*call_on_device)(const moe_backend *be, void *state, int T, const void *x_dev,
-                                 void *out_dev, moe_error *err);
+                                 void *out_dev, float *device_ms, moe_error *err);
     /* bytes of device memory into *p, a copy of src when src is not NULL. */
     moe_status (*dev_alloc)(void **p, size_t bytes, const void *src, moe_error *err);
     moe_status (*dev_read)(void *host, const void *dev, size_t bytes, moe_error *err);

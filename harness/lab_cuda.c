@@ -42,8 +42,11 @@ static moe_status cuda_call(const moe_backend *be, void *state, int T, const uin
 }
 
 static moe_status cuda_call_on_device(const moe_backend *be, void *state, int T, const void *x_dev,
-                                      void *out_dev, moe_error *err) {
-    (void)be; /* the serving call itself: no timing events to record and read back */
+                                      void *out_dev, float *device_ms, moe_error *err) {
+    (void)be;
+    if (device_ms) /* one event pair around the graph's launch */
+        return moe_cuda_graph_device_ms(state, T, (const uint16_t *)x_dev, (float *)out_dev, device_ms, err);
+    /* the serving call itself: no timing events to record and read back */
     return moe_cuda_forward_device_timed(state, T, (const uint16_t *)x_dev, (float *)out_dev, NULL, err);
 }
 

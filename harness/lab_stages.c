@@ -35,12 +35,15 @@ void lab_stages(const moe_config *c, int T, int distinct, lab_stage out[LAB_STAG
         /* the host's call adds the transfers: x up (bf16), out down (fp32) */
         [LAB_HOST] = {"forward call", layer_bytes + t * D * 6, layer_flops},
         [LAB_DEVICE_CALL] = {"device-pointer call", layer_bytes, layer_flops},
+        [LAB_SERVING_DEVICE] = {"serving graph", layer_bytes, layer_flops},
     };
     for (int s = 0; s < LAB_STAGE_COUNT; s++) out[s] = rows[s];
 }
 
 bool lab_focus_has(lab_focus f, lab_stage_id s) {
-    if (s == LAB_DEVICE || s == LAB_HOST || s == LAB_DEVICE_CALL || f == LAB_FOCUS_LAYER) return true;
+    if (s == LAB_DEVICE || s == LAB_HOST || s == LAB_DEVICE_CALL || s == LAB_SERVING_DEVICE ||
+        f == LAB_FOCUS_LAYER)
+        return true;
     switch (f) {
     case LAB_FOCUS_EXPERTS: return s == LAB_GEMM1 || s == LAB_GEMM2;
     case LAB_FOCUS_GATE: return s == LAB_GATE;

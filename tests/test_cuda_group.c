@@ -24,17 +24,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#ifdef MOE_HAVE_CUDA
-#include "../opt/cuda/cuda_stages.h"
-#endif
+#include "../opt/cuda/cuda_stages.h" /* the tile table's layout; its functions need CUDA */
 
 /* The grouping by definition. ids [T, K], bad [T] -> counts [E], perm [E, T] (-1 past each
- * count), tiles [*n_tiles][2]; tiles must hold the bound of entries, set to -1 past n_tiles. */
+ * count), tiles [*n_tiles][MOE_CUDA_TILE_INTS] (expert, first row, a GEMM1 count of 0); tiles
+ * must hold the bound of entries, set to -1 past n_tiles. */
 static void host_group(int T, int K, int E, int expert_first, int tile_m, const int32_t *ids,
                        const int32_t *bad, int32_t *counts, int32_t *perm, int32_t *tiles,
                        int tile_cap, int32_t *n_tiles) {
     for (size_t i = 0; i < (size_t)E * T; i++) perm[i] = -1;
-    for (int i = 0; i < 2 * tile_cap; i++) tiles[i] = -1;
+    for (int i = 0; i < MOE_CUDA_TILE_INTS * tile_cap; i++) tiles[i] = -1;
     int nt = 0;
     for (int el = 0; el < E; el++) {
         int c = 0;
@@ -43,7 +42,8 @@ static void host_group(int T, int K, int E, int expert_first, int tile_m, const 
         counts[el] = c;
         for (int row = 0; row < c; row += tile_m) {
             assert_true(nt < tile_cap);
-            tiles[2 * nt] = el, tiles[2 * nt + 1] = row;
+            int32_t *tile = tiles + MOE_CUDA_TILE_INTS * nt;
+            tile[0] = el, tile[1] = row, tile[2] = 0;
             nt++;
         }
     }
@@ -55,18 +55,18 @@ static void host_group(int T, int K, int E, int expert_first, int tile_m, const 
 static void test_host_grouping_by_hand(void **state) {
     (void)state;
     const int32_t ids[8] = {1, 2, 3, 1, 0, 1, 2, 3}, bad[4] = {0, 0, 1, 0};
-    int32_t counts[3], perm[12], tiles[2 * 8], n_tiles;
+    int32_t counts[3], perm[12], tiles[MOE_CUDA_TILE_INTS * 8], n_tiles;
     host_group(4, 2, 3, 1, 2, ids, bad, counts, perm, tiles, 8, &n_tiles);
     const int32_t want_counts[3] = {2, 2, 2};
     const int32_t want_perm[12] = {0, 3, -1, -1, 1, 6, -1, -1, 2, 7, -1, -1};
-    const int32_t want_tiles2[6] = {0, 0, 1, 0, 2, 0};
+    const int32_t want_tiles2[9] = {0, 0, 0, 1, 0, 0, 2, 0, 0};
     assert_memory_equal(counts, want_counts, sizeof counts);
     assert_memory_equal(perm, want_perm, sizeof perm);
     assert_int_equal(n_tiles, 3);
     assert_memory_equal(tiles, want_tiles2, sizeof want_tiles2);
-    assert_int_equal(tiles[6], -1);
+    assert_int_equal(tiles[9], -1);
     host_group(4, 2, 3, 1, 1, ids, bad, counts, perm, tiles, 8, &n_tiles);
-    const int32_t want_tiles1[12] = {0, 0, 0, 1, 1, 0, 1, 1, 2, 0, 2, 1};
+    const int32_t want_tiles1[18] = {0, 0, 0, 0, 1, 0, 1, 0, 0, 1, 1, 0, 2, 0, 0, 2, 1, 0};
     assert_int_equal(n_tiles, 6);
     assert_memory_equal(tiles, want_tiles1, sizeof want_tiles1);
 }
@@ -113,8 +113,9 @@ static void check_group_case(const group_case *gc, uint64_t seed) {
     draw_ids(&rng, T, K, gc->R, gc->bad_every, ids, bad);
     const int cap = moe_cuda_group_tile_bound(T, K, E, gc->tile_m);
     const size_t perm_n = (size_t)E * T + 1;
-    int32_t *want = malloc(sizeof(int32_t) * (perm_n + (size_t)E + 2 * (size_t)cap));
-    int32_t *got = malloc(sizeof(int32_t) * (perm_n + (size_t)E + 2 * (size_t)cap));
+    const size_t tile_ints = MOE_CUDA_TILE_INTS * (size_t)cap;
+    int32_t *want = malloc(sizeof(int32_t) * (perm_n + (size_t)E + tile_ints));
+    int32_t *got = malloc(sizeof(int32_t) * (perm_n + (size_t)E + tile_ints));
     assert_true(want && got);
     for (int rank = 0; rank < gc->ranks; rank++) {
         int32_t *wc = want, *wp = want + E, *wt = want + E + perm_n;
@@ -134,8 +135,8 @@ static void check_group_case(const group_case *gc, uint64_t seed) {
         const char *what = memcmp(wc, gcnt, sizeof(int32_t) * (size_t)E) ? "counts"
                            : memcmp(wp, gp, sizeof(int32_t) * (size_t)E * T) ? "perm"
                            : want_tiles != got_tiles                         ? "n_tiles"
-                           : memcmp(wt, gt, sizeof(int32_t) * 2 * (size_t)cap) ? "tiles"
-                                                                               : NULL;
+                           : memcmp(wt, gt, sizeof(int32_t) * tile_ints)     ? "tiles"
+                                                                             : NULL;
         if (what)
             fail_msg("T %d K %d R %d rank %d/%d tile %d: %s differ from the host grouping", T, K,
                      gc->R, rank, gc->ranks, gc->tile_m, what);

@@ -820,9 +820,11 @@ moe_status capture_layer(cuda_state *s, int T, const uint16_t *x, float *out, mo
 
 /* The device entry (cuda_layer.h) once its arguments are checked. Timed (times non-NULL,
  * caller NULL): no upload or download, so both intervals are empty, and the chain is launched
- * kernel by kernel between the timing events; untimed: the captured graph. */
+ * kernel by kernel between the timing events; untimed: the captured graph, and graph_ms (not
+ * NULL, caller NULL) its interval on the device, between one event pair around the launch. */
 moe_status forward_device(cuda_state *s, int T, const uint16_t *x_dev, float *out_dev,
-                          cudaStream_t caller, moe_cuda_stage_times *times, moe_error *err) {
+                          cudaStream_t caller, moe_cuda_stage_times *times, float *graph_ms,
+                          moe_error *err) {
     const bool timed = times != NULL;
     CUDA_TRY(cudaSetDevice(s->device));
     TRY(ensure_workspace(s, T, err));
@@ -844,7 +846,9 @@ moe_status forward_device(cuda_state *s, int T, const uint16_t *x_dev, float *ou
         TRY(run_layer(s, T, x, out_dev, timed, err));
     } else {
         TRY(capture_layer(s, T, x, out_dev, err));
+        if (graph_ms) CUDA_TRY(cudaEventRecord(s->timing[EV_UPLOAD], st));
         CUDA_TRY(cudaGraphLaunch(s->graph, st));
+        if (graph_ms) CUDA_TRY(cudaEventRecord(s->timing[EV_COMBINE], st));
     }
     TRY(mark(s, timed, EV_DOWNLOAD, st, err));
     if (caller) {
@@ -854,6 +858,8 @@ moe_status forward_device(cuda_state *s, int T, const uint16_t *x_dev, float *ou
         CUDA_TRY(cudaStreamSynchronize(st));
     }
     if (timed) TRY(read_times(s, times, err));
+    if (graph_ms && !timed)
+        CUDA_TRY(cudaEventElapsedTime(graph_ms, s->timing[EV_UPLOAD], s->timing[EV_COMBINE]));
     return MOE_OK;
 }
 
@@ -907,7 +913,7 @@ extern "C" moe_status moe_cuda_forward_device(moe_layer *layer, int T, const uin
     if (!on_device(s, x_dev) || !on_device(s, out_dev))
         return moe_fail(err, MOE_ERR_ARG, "cuda device forward: x_dev and out_dev must be memory "
                         "of device %d (T = %d)", s->device, T);
-    return forward_device(s, T, x_dev, out_dev, stream, NULL, err);
+    return forward_device(s, T, x_dev, out_dev, stream, NULL, NULL, err);
 }
 
 extern "C" moe_status moe_cuda_forward_device_timed(void *state, int T, const uint16_t *x_dev,
@@ -920,7 +926,19 @@ extern "C" moe_status moe_cuda_forward_device_timed(void *state, int T, const ui
     if (!on_device(s, x_dev) || !on_device(s, out_dev))
         return moe_fail(err, MOE_ERR_ARG, "cuda timing: x_dev and out_dev must be memory of "
                         "device %d", s->device);
-    return forward_device(s, T, x_dev, out_dev, NULL, times, err);
+    return forward_device(s, T, x_dev, out_dev, NULL, times, NULL, err);
+}
+
+extern "C" moe_status moe_cuda_graph_device_ms(void *state, int T, const uint16_t *x_dev,
+                                               float *out_dev, float *ms, moe_error *err) {
+    cuda_state *s = (cuda_state *)state;
+    if (!s || !ms) return moe_fail(err, MOE_ERR_ARG, "cuda timing: NULL state or ms");
+    *ms = 0.0f;
+    if (T <= 0) return T < 0 ? moe_fail(err, MOE_ERR_ARG, "cuda timing: T = %d", T) : MOE_OK;
+    if (!on_device(s, x_dev) || !on_device(s, out_dev))
+        return moe_fail(err, MOE_ERR_ARG, "cuda timing: x_dev and out_dev must be memory of "
+                        "device %d", s->device);
+    return forward_device(s, T, x_dev, out_dev, NULL, NULL, ms, err);
 }
 
 extern "C" moe_status moe_cuda_flush_l2(void *state, moe_error *err) {

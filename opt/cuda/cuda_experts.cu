@@ -302,7 +302,7 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
 
 moe_status moe_cuda_expert_gemm1(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
                                  const uint16_t *x, const int32_t *counts, const int32_t *perm,
-                                 const moe_cuda_tile *tiles, const int32_t *n_tiles,
+                                 moe_cuda_tile *tiles, const int32_t *n_tiles,
                                  uint16_t *h, moe_error *err) {
     gemm_args p = {x,      K,     ex->w13_mx, ex->w13_scale, ex->w13_scale2, ex->w13_bf16, 2 * ex->IL,
                    ex->D,  T,     counts,     perm,          tiles,          n_tiles,      h,

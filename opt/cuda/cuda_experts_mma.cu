@@ -235,7 +235,7 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
     moe_status moe_cuda_expert_mma1##SUFFIX(cudaStream_t stream, const moe_cuda_experts *ex,      \
                                             int T, int K, const uint16_t *x,                      \
                                             const int32_t *counts, const int32_t *perm,           \
-                                            const moe_cuda_tile *tiles, const int32_t *n_tiles,   \
+                                            moe_cuda_tile *tiles, const int32_t *n_tiles,         \
                                             uint16_t *h, moe_error *err) {                        \
         const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);    \
         return launch<1, NT, TILES, U>(stream, ex, T, K, p, err);                                           \

@@ -33,7 +33,10 @@
  *   - KS > 1 (a few tokens): block ks of a tile takes chunks [ks n/KS, (ks+1) n/KS) and the
  *     last block to finish adds the KS slices' sums in slice order;
  *   - GEMM1's warp rows g and g + 8 are the gate and up rows of one intermediate channel, so
- *     SwiGLU is cuda_experts.cu's epilogue in registers; GEMM2 writes y in fp32.
+ *     SwiGLU is cuda_experts.cu's epilogue in registers; GEMM2 writes y in fp32;
+ *   - GEMM2 is GEMM1's programmatic dependent launch and waits, tile by tile, for the count of
+ *     GEMM1's warps that wrote the tile's h (wg_chain), so its blocks take the multiprocessors
+ *     that GEMM1's last wave leaves idle.
  *
  * Measured on an H200, Inkling-Small (docs/perf-cuda.md): GEMM1 + GEMM2 at 2.3 TB/s at T = 8,
  * 2.9 TB/s at T = 64, 2.3-2.4 TB/s at T = 512 and 267-299 TFLOP/s at T = 4096. The profiles put
@@ -330,6 +333,51 @@ __device__ __forceinline__ void load_codes(const uint8_t *src, uint32_t (&w)[4])
 __device__ __forceinline__ void l2_prefetch(const void *src, uint32_t bytes) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
 }
+/* ---------------------------------------------------------------- GEMM2 beside GEMM1's end */
+
+/* GEMM2 is launched as GEMM1's programmatic dependent (launch below): its blocks may start once
+ * every GEMM1 block has started, so they fill the multiprocessors that GEMM1's last wave leaves
+ * idle, and ask L2 for their first weights meanwhile. A GEMM2 tile reads h rows that all of its
+ * tile's GEMM1 row tiles write: each GEMM1 warp that wrote its part of a tile counts itself in
+ * the tile's gemm1_done (zeroed by the grouping), and a GEMM2 block reads h only once the count
+ * is complete. Where a block waits changes no value. */
+struct wg_chain {
+    moe_cuda_tile *count_in; /* GEMM1: the tile table its warps count in (NULL: no count) */
+    int wait_for;            /* GEMM2: the count of a tile whose h is complete (0: no wait) */
+};
+#define WG_WARPS_PER_ROW_TILE (WG_THREADS / 32)
+#define WG_WAIT_CYCLES 20000000000LL /* about 10 s: a count that never completes traps */
+
+/* The dependent grid (GEMM2) may launch once every block of this grid has passed here. */
+__device__ __forceinline__ void launch_dependents() {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+__device__ __forceinline__ int load_acquire(const int *p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+/* Every thread of the block calls it; returns once tile_i's GEMM1 warps have all counted. A
+ * count that never completes would be a bug of this file: the kernel traps (the call then
+ * fails with a device error) instead of hanging. */
+__device__ void wait_for_gemm1(const moe_cuda_tile *tiles, int tile_i, int wait_for) {
+    if (threadIdx.x == 0) {
+        const long long t0 = clock64();
+        while (load_acquire(&tiles[tile_i].gemm1_done) < wait_for) {
+            if (clock64() - t0 > WG_WAIT_CYCLES) __trap();
+            __nanosleep(256);
+        }
+    }
+    __syncthreads();
+}
+/* A GEMM1 warp's h stores are done: count it in its tile (count) once they are visible
+ * device-wide. */
+__device__ __forceinline__ void count_gemm1_warp(int *count) {
+    __threadfence();
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) atomicAdd(count, 1);
+}
+
 /* A lane's scale word of one chunk (four lanes read the same one). */
 __device__ __forceinline__ uint32_t load_scale_word(const uint8_t *src) {
     uint32_t v;
@@ -341,9 +389,10 @@ __device__ __forceinline__ uint32_t load_scale_word(const uint8_t *src) {
  * e; acc[4j + 2 + e] row g + 8) to h (GEMM1, through SwiGLU) or y (GEMM2). KS > 1: slice ks's
  * sums of the real columns go to its place in the scratch first; the block that finishes its
  * (tile, row tile) last adds the KS slices in slice order, so a sum has one order whichever
- * block comes last. Every thread of the block calls this. */
+ * block comes last. Every thread of the block calls this; returns whether this block wrote the
+ * outputs (not a slice that another block adds up). */
 template <int STAGE, int BN, int KS>
-__device__ __forceinline__ void store_tile(const stream_args &p, wg_split split, float (&acc)[BN / 2],
+__device__ __forceinline__ bool store_tile(const stream_args &p, wg_split split, float (&acc)[BN / 2],
                                            const int *row_src, int rows, int tile_i, int n_rt, int rt,
                                            int ks, int my_warp, int tid, bool *last_slice) {
     const int lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -366,7 +415,7 @@ __device__ __forceinline__ void store_tile(const stream_args &p, wg_split split,
         __syncthreads();
         if (tid == 0) *last_slice = atomicAdd(&split.counters[pair], 1) == KS - 1;
         __syncthreads();
-        if (!*last_slice) return;
+        if (!*last_slice) return false;
         __threadfence();
         const float *slices = split.partial + pair * KS * (WG_ROWS * BN);
         each_real_column([&](float &lo, float &hi, int m) {
@@ -389,6 +438,7 @@ __device__ __forceinline__ void store_tile(const stream_args &p, wg_split split,
             if (r + 8 < p.N) p.y_out[a * p.N + r + 8] = hi;
         }
     });
+    return true;
 }
 
 /* RT row tiles of WG_ROWS (2 RT warpgroups) by BN rows of one tile. p.w_mx / p.w_scale are the
@@ -404,7 +454,8 @@ __device__ __forceinline__ void store_tile(const stream_args &p, wg_split split,
  *       register sets, wgmma.wait_group 1). */
 template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS, bool DIRECT>
 __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_args p, wg_split split,
-                                                                    const uint8_t *two_products) {
+                                                                    const uint8_t *two_products,
+                                                                    wg_chain chain) {
     static_assert(KS == 1 || RT == 1, "a split reduction takes one row tile a block");
     static_assert(!PIPE || CPS <= 2, "the register pipeline alternates two sets: stages of one or two chunks");
     static_assert(DIRECT || CPS * WG_S_BYTES / 16 <= WG_THREADS, "one scale copy a thread");
@@ -414,6 +465,9 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     __shared__ int row_src[BN];  /* assignment of tile row m, -1 past the tile */
     __shared__ int tok_row[BN];  /* its activation row */
     __shared__ bool last_slice;  /* KS > 1: this block adds the slices up */
+    __shared__ int *count_at;    /* GEMM1: its tile's gemm1_done, or NULL (kept here, not in a
+                                    register through the loop) */
+    if (STAGE == 1) launch_dependents();
     constexpr int THREADS = WG_THREADS * RT;
     const int n_rt = wg_row_tiles(STAGE, p.N), n_kc = wg_chunks(p.Kdim), n_rtb = (n_rt + RT - 1) / RT;
     const int ks = (int)(blockIdx.x % (unsigned)KS), block = (int)(blockIdx.x / (unsigned)KS);
@@ -422,9 +476,21 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     const int n_chunks = kc_end - kc_begin, n_stages = (n_chunks + CPS - 1) / CPS;
     if (tile_i >= *p.n_tiles) return;
     const moe_cuda_tile tile = p.tiles[tile_i];
+    if (STAGE == 2 && chain.wait_for > 0) { /* h comes from GEMM1, the weights do not */
+        if (threadIdx.x == 0)
+            for (int r = RT * rtb; r < RT * rtb + RT && r < n_rt; r++) {
+                const size_t c0 = ((size_t)tile.expert * n_rt + r) * n_kc + kc_begin;
+                const int n = min(n_chunks, WG_L2_AHEAD + CPS);
+                l2_prefetch(p.w_mx + c0 * WG_A_BYTES, (uint32_t)n * WG_A_BYTES);
+                l2_prefetch(p.w_scale + c0 * WG_S_BYTES, (uint32_t)n * WG_S_BYTES);
+            }
+        wait_for_gemm1(p.tiles, tile_i, chain.wait_for);
+    }
     /* the expert has a scale above the one-product limit: every warp decodes with two */
     const bool two = two_products[tile.expert] != 0;
     const int rows = tile_rows(tile, p.counts, p.perm, p.T, BN, row_src);
+    if (threadIdx.x == 0)
+        count_at = STAGE == 1 && chain.count_in ? &chain.count_in[tile_i].gemm1_done : NULL;
     __syncthreads();
     if ((int)threadIdx.x < BN) tok_row[threadIdx.x] = row_src[threadIdx.x] / p.a_row_div;
     __syncthreads();
@@ -654,12 +720,18 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     cp_async_wait<0>();
 
     if (RT * rtb + my_tile >= n_rt) return;
-    store_tile<STAGE, BN, KS>(p, split, acc, row_src, rows, tile_i, n_rt, rt, ks, my_warp, tid, &last_slice);
+    const bool wrote = store_tile<STAGE, BN, KS>(p, split, acc, row_src, rows, tile_i, n_rt, rt, ks,
+                                                 my_warp, tid, &last_slice);
+    if (STAGE == 1 && count_at && wrote) count_gemm1_warp(count_at);
 }
 
+/* GEMM1 counts its warps in the tile table (chain.count_in); GEMM2 waits for the count
+ * (chain.wait_for) and is launched as GEMM1's programmatic dependent, which CUDA honours when
+ * GEMM1 is the stream's previous kernel (a graph keeps the edge; an event recorded between the
+ * two makes it an ordinary launch). */
 template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS, bool DIRECT>
 moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K, stream_args p,
-                  const uint8_t *codes, const uint8_t *scales, moe_error *err) {
+                  const uint8_t *codes, const uint8_t *scales, wg_chain chain, moe_error *err) {
     if (T == 0 || ex->E == 0) return MOE_OK;
     if (!ex->mxfp4 || !codes || !scales)
         return moe_fail(err, MOE_ERR_UNSUPPORTED,
@@ -677,8 +749,17 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
     const int smem = wg_smem_bytes<BN, RT, STAGES, CPS, DIRECT>();
     auto kernel = expert_wgmma_kernel<STAGE, BN, STAGES, RT, PIPE, KS, CPS, DIRECT>;
     CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<(unsigned)blocks, WG_THREADS * RT, smem, stream>>>(p, split, two_products);
-    LAUNCH_CHECK(STAGE == 1 ? "expert_wgmma_kernel<gemm1>" : "expert_wgmma_kernel<gemm2>");
+    cudaLaunchAttribute after_gemm1;
+    after_gemm1.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    after_gemm1.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)blocks), cfg.blockDim = dim3(WG_THREADS * RT);
+    cfg.dynamicSmemBytes = (size_t)smem, cfg.stream = stream;
+    cfg.attrs = &after_gemm1, cfg.numAttrs = STAGE == 2 && chain.wait_for > 0 ? 1 : 0;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, split, two_products, chain);
+    if (e != cudaSuccess)
+        return moe_fail(err, MOE_ERR_DEVICE, "cuda: launching expert_wgmma_kernel<gemm%d> "
+                        "(%ld blocks): %s", STAGE, blocks, cudaGetErrorString(e));
     return MOE_OK;
 }
 
@@ -719,20 +800,28 @@ size_t moe_cuda_wgmma_split_counters(int T, int K, int E, int D, int IL) {
     return (size_t)moe_cuda_tile_bound(T, K, E, 16) * n_rt;
 }
 
+/* The counts that chain GEMM2 to GEMM1 (wg_chain). */
+inline wg_chain chain_gemm1(moe_cuda_tile *tiles) { return {tiles, 0}; }
+inline wg_chain chain_gemm2(const moe_cuda_experts *ex) {
+    return {NULL, WG_WARPS_PER_ROW_TILE * wg_row_tiles(1, 2 * ex->IL)};
+}
+
 #define WGMMA_LAUNCHERS(NAME, BN, ...)                                                            \
     moe_status moe_cuda_expert_wg1_##NAME(cudaStream_t stream, const moe_cuda_experts *ex, int T, \
                                           int K, const uint16_t *x, const int32_t *counts,        \
-                                          const int32_t *perm, const moe_cuda_tile *tiles,        \
+                                          const int32_t *perm, moe_cuda_tile *tiles,              \
                                           const int32_t *n_tiles, uint16_t *h, moe_error *err) {  \
         const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);    \
-        return launch<1, BN, __VA_ARGS__>(stream, ex, T, K, p, ex->w13_wg, ex->w13_wg_scale, err); \
+        return launch<1, BN, __VA_ARGS__>(stream, ex, T, K, p, ex->w13_wg, ex->w13_wg_scale,      \
+                                          chain_gemm1(tiles), err);                               \
     }                                                                                             \
     moe_status moe_cuda_expert_wg2_##NAME(cudaStream_t stream, const moe_cuda_experts *ex, int T, \
                                           int K, const uint16_t *h, const int32_t *counts,        \
                                           const int32_t *perm, const moe_cuda_tile *tiles,        \
                                           const int32_t *n_tiles, float *y, moe_error *err) {     \
         const stream_args p = stream_args_gemm2(ex, T, h, counts, perm, tiles, n_tiles, y);       \
-        return launch<2, BN, __VA_ARGS__>(stream, ex, T, K, p, ex->w2_wg, ex->w2_wg_scale, err);   \
+        return launch<2, BN, __VA_ARGS__>(stream, ex, T, K, p, ex->w2_wg, ex->w2_wg_scale,        \
+                                          chain_gemm2(ex), err);                                  \
     }
 
 /* Measured on an H200, Inkling-Small (docs/device-notes.md, "2026-12-01, direct loads"): for 16
@@ -752,15 +841,17 @@ WGMMA_LAUNCHERS(128, 128, 4, 2, true, 1, 2, false)
 #define WG_SPLIT_CONFIG 3, 1, false, MOE_CUDA_WG_SPLIT, 4, true
 moe_status moe_cuda_expert_wg1_16_split(cudaStream_t stream, const moe_cuda_experts *ex, int T,
                                         int K, const uint16_t *x, const int32_t *counts,
-                                        const int32_t *perm, const moe_cuda_tile *tiles,
+                                        const int32_t *perm, moe_cuda_tile *tiles,
                                         const int32_t *n_tiles, uint16_t *h, moe_error *err) {
     const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);
-    return launch<1, 16, WG_SPLIT_CONFIG>(stream, ex, T, K, p, ex->w13_wg, ex->w13_wg_scale, err);
+    return launch<1, 16, WG_SPLIT_CONFIG>(stream, ex, T, K, p, ex->w13_wg, ex->w13_wg_scale,
+                                          chain_gemm1(tiles), err);
 }
 moe_status moe_cuda_expert_wg2_16_split(cudaStream_t stream, const moe_cuda_experts *ex, int T,
                                         int K, const uint16_t *h, const int32_t *counts,
                                         const int32_t *perm, const moe_cuda_tile *tiles,
                                         const int32_t *n_tiles, float *y, moe_error *err) {
     const stream_args p = stream_args_gemm2(ex, T, h, counts, perm, tiles, n_tiles, y);
-    return launch<2, 16, WG_SPLIT_CONFIG>(stream, ex, T, K, p, ex->w2_wg, ex->w2_wg_scale, err);
+    return launch<2, 16, WG_SPLIT_CONFIG>(stream, ex, T, K, p, ex->w2_wg, ex->w2_wg_scale,
+                                          chain_gemm2(ex), err);
 }

@@ -23,6 +23,9 @@
 #include "cuda_group_block.cuh"
 #include "cuda_stages.h"
 
+static_assert(sizeof(moe_cuda_tile) == MOE_CUDA_TILE_INTS * sizeof(int32_t),
+              "moe_cuda_group_run hands the tile table out as MOE_CUDA_TILE_INTS int32 an entry");
+
 namespace {
 
 /* Everything in one block (n_chunks <= GROUP_WARPS). */

@@ -77,7 +77,7 @@ __device__ void offsets_and_tiles(int n_chunks, int E, int tile_m, int32_t *chun
         int offset, sum;
         block_scan(scan_storage).ExclusiveSum(mine, offset, sum);
         for (int i = 0; i < mine; i++) {
-            moe_cuda_tile tile = {e, i * tile_m};
+            moe_cuda_tile tile = {e, i * tile_m, 0};
             tiles[base + offset + i] = tile;
         }
         base += sum;

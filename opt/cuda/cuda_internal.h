@@ -66,10 +66,14 @@ typedef enum {
 /* The path's tiling constants as shape hints (moe.h), ended by {NULL}: cuda_experts.cu. */
 extern const moe_shape_hint moe_cuda_shape_hints[];
 
-/* One tile of the grouped GEMMs: local expert and first row within that expert's group. */
+/* One tile of the grouped GEMMs: local expert and first row within that expert's group.
+ * gemm1_done: the grouping writes 0; the wgmma GEMM1 counts its finished warps of the tile in
+ * it, so that GEMM2 can start on the tile before the whole GEMM1 grid has ended
+ * (cuda_experts_wgmma.cu, wg_chain). */
 typedef struct {
     int expert;
     int row0;
+    int gemm1_done;
 } moe_cuda_tile;
 
 /* Upper bound on the tiles that T*K assignments over E local experts can need, tile_m rows a
@@ -171,7 +175,7 @@ typedef struct {
 typedef moe_status moe_cuda_expert_gemm1_fn(cudaStream_t stream, const moe_cuda_experts *ex,
                                             int T, int K, const uint16_t *x,
                                             const int32_t *counts, const int32_t *perm,
-                                            const moe_cuda_tile *tiles, const int32_t *n_tiles,
+                                            moe_cuda_tile *tiles, const int32_t *n_tiles,
                                             uint16_t *h, moe_error *err);
 typedef moe_status moe_cuda_expert_gemm2_fn(cudaStream_t stream, const moe_cuda_experts *ex,
                                             int T, int K, const uint16_t *h,

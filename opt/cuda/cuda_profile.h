@@ -43,6 +43,13 @@ moe_status moe_cuda_forward_device_timed(void *state, int T, const uint16_t *x_d
                                          float *out_dev, moe_cuda_stage_times *times,
                                          moe_error *err);
 
+/* The serving call (moe_cuda_forward_device_timed with times NULL: the captured graph) with one
+ * event pair around the graph's launch; *ms the interval between them on the device. Kernels
+ * that overlap inside the graph (GEMM2 starting beside GEMM1's last wave) are timed as they run,
+ * which the per-stage events of the timed call, recorded between the kernels, prevent. */
+moe_status moe_cuda_graph_device_ms(void *state, int T, const uint16_t *x_dev, float *out_dev,
+                                    float *ms, moe_error *err);
+
 /* Overwrites a scratch buffer larger than the L2 cache so the next call starts cold. */
 moe_status moe_cuda_flush_l2(void *state, moe_error *err);
 

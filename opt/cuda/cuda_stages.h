@@ -15,14 +15,18 @@
 extern "C" {
 #endif
 
-/* Entries of the tile table that moe_cuda_group_run may write (pairs of int32). */
+/* int32 values per entry of the tile table: local expert, first row, and the count that the
+ * wgmma GEMM1 keeps there (0 as the grouping writes it). */
+#define MOE_CUDA_TILE_INTS 3
+
+/* Entries of the tile table that moe_cuda_group_run may write (MOE_CUDA_TILE_INTS int32 each). */
 int moe_cuda_group_tile_bound(int T, int K, int E, int tile_m);
 
 /* The grouping (cuda_group.cu) on device `device`: ids [T, K], bad [T] (non-zero: token left
  * out) -> counts [E], perm [E, T] (expert el's assignments t*K+k in ascending order in
- * perm[el*T ..], the rest -1), tiles [moe_cuda_group_tile_bound(..)][2] (local expert, first
- * row; n_tiles of them, the rest -1), n_tiles [1]. Local expert el holds global id
- * expert_first + el. With T = 0 (or E = 0) nothing runs: every output stays -1. */
+ * perm[el*T ..], the rest -1), tiles [moe_cuda_group_tile_bound(..)][MOE_CUDA_TILE_INTS]
+ * (local expert, first row, 0; n_tiles of them, the rest -1), n_tiles [1]. Local expert el
+ * holds global id expert_first + el. With T = 0 (or E = 0) nothing runs: every output stays -1. */
 moe_status moe_cuda_group_run(int device, int T, int K, int E, int expert_first, int tile_m,
                               const int32_t *ids, const int32_t *bad, int32_t *counts,
                               int32_t *perm, int32_t *tiles, int32_t *n_tiles, moe_error *err);
