@@ -28,13 +28,14 @@ awk -F, -v dir="$work" '
         print $3, $9, $10 > f
     }' "$csv"
 [ -s "$work/pairs" ] || { echo "plot.sh: no rows in $csv" >&2; exit 1; }
-# A stage keeps its colour in both panels (past 8 stages, dashed); the whole layer and the two
-# calls' host clocks stand out.
+# A stage keeps its colour in both panels (past 8 stages, dashed); the whole layer (timed stage
+# by stage, and as the serving graph) and the two calls' host clocks stand out.
 style() {
     case "$2" in
     "layer on device") echo "linespoints lw 3 lc rgb 'black'" ;;
     "forward call") echo "linespoints lw 2 dt 3 lc rgb 'gray40'" ;;
     "device-pointer call") echo "linespoints lw 2 dt 2 lc rgb 'dark-cyan'" ;;
+    "serving graph") echo "linespoints lw 3 lc rgb 'dark-red'" ;;
     *) echo "linespoints lw 1 lc $1 pt $1 dt $((($1 - 1) / 8 + 1))" ;; # gnuplot has 8 colours
     esac
 }

@@ -69,6 +69,7 @@ struct cuda_state {
     cudaEvent_t caller_ready, layer_done;     /* the device entry's joins with the caller's stream */
     cudaEvent_t out_landed[STAGING_CHUNKS];   /* each piece of out in the staging */
     int priority_low, priority_high; /* the sink and routed streams' priorities */
+    int sm_count;                    /* the device's multiprocessors */
     cudaEvent_t timing[EV_COUNT];
     cublasLtHandle_t lt;
     void *lt_ws_routed, *lt_ws_sinks;
@@ -341,6 +342,7 @@ moe_status create_variant(moe_cuda_variant variant, const moe_shard *sh, const m
         }                                                                                         \
     } while (0)
     CREATE_TRY(cudaSetDevice(opt->device));
+    CREATE_TRY(cudaDeviceGetAttribute(&s->sm_count, cudaDevAttrMultiProcessorCount, opt->device));
     /* the routed chain is the critical path: its kernels go first when both streams have
      * blocks waiting (measured: T = 64 layer 1658 -> 1508 us, no change at T = 1 and 8) */
     CREATE_TRY(cudaDeviceGetStreamPriorityRange(&s->priority_low, &s->priority_high));
@@ -482,6 +484,15 @@ moe_status mark(cuda_state *s, bool timed, int i, cudaStream_t stream, moe_error
         if (try_st) return try_st;                                                                \
     } while (0)
 
+/* The multiprocessors the sinks' GEMMs are planned for at T tokens (0: all). At T <= 8 the
+ * front end and the routed GEMMs run beside the sink GEMM1; planned for about 60 % of the
+ * multiprocessors (80 of an H200's 132), it leaves them room: the serving graph 82.2-82.8 us at
+ * T = 1 and 234.7-235.6 at T = 8 against 88.0 and 241.2-242.0 planned for all; 33, 50, 66 and
+ * 100 gained less, and at T = 64 nothing (docs/device-notes.md). */
+int sink_sms(const cuda_state *s, int T) {
+    return T <= MOE_CUDA_FRONT_SMALL_MAX_T ? s->sm_count * 80 / 132 : 0;
+}
+
 /* The sink chain on the sinks stream; x [T, D] on the device. */
 moe_status run_sinks(cuda_state *s, int T, const uint16_t *x, bool timed, moe_error *err) {
     const int S = s->S, SIL = s->SIL, D = s->D;
@@ -497,7 +508,7 @@ moe_status run_sinks(cuda_state *s, int T, const uint16_t *x, bool timed, moe_er
         CUDA_TRY(cudaEventRecord(s->sinks_done, st));
         return MOE_OK;
     }
-    TRY(moe_cuda_lt_plan_for(s->lt, &s->sink1_plan, S * 2 * SIL, D, T, CUDA_R_16BF,
+    TRY(moe_cuda_lt_plan_for(s->lt, &s->sink1_plan, S * 2 * SIL, D, T, CUDA_R_16BF, sink_sms(s, T),
                              LT_WORKSPACE_BYTES, err));
     TRY(moe_cuda_lt_run(s->lt, &s->sink1_plan, s->sink_w13, x, s->sink_gu, s->lt_ws_sinks,
                         LT_WORKSPACE_BYTES, st, err));
@@ -505,7 +516,7 @@ moe_status run_sinks(cuda_state *s, int T, const uint16_t *x, bool timed, moe_er
     CUDA_TRY(cudaStreamWaitEvent(st, s->route_ready, 0)); /* the gammas */
     TRY(moe_cuda_sink_swiglu(st, T, s->K, S, SIL, s->sink_gu, s->weights, s->sink_h, err));
     TRY(mark(s, timed, EV_SINK_SWIGLU, st, err));
-    TRY(moe_cuda_lt_plan_for(s->lt, &s->sink2_plan, D, S * SIL, T, CUDA_R_32F,
+    TRY(moe_cuda_lt_plan_for(s->lt, &s->sink2_plan, D, S * SIL, T, CUDA_R_32F, sink_sms(s, T),
                              LT_WORKSPACE_BYTES, err));
     TRY(moe_cuda_lt_run(s->lt, &s->sink2_plan, s->sink_w2, s->sink_h, s->sink_y, s->lt_ws_sinks,
                         LT_WORKSPACE_BYTES, st, err));
@@ -688,7 +699,7 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, bool t
             s->perm, s->tiles, s->n_tiles};
         TRY(moe_cuda_front_small(st, &front, err));
     } else {
-        TRY(moe_cuda_lt_plan_for(s->lt, &s->gate_plan, s->G, D, T, CUDA_R_32F, LT_WORKSPACE_BYTES,
+        TRY(moe_cuda_lt_plan_for(s->lt, &s->gate_plan, s->G, D, T, CUDA_R_32F, 0, LT_WORKSPACE_BYTES,
                                  err));
         TRY(moe_cuda_lt_run(s->lt, &s->gate_plan, s->gate_w, x, s->logits, s->lt_ws_routed,
                             LT_WORKSPACE_BYTES, st, err));

@@ -53,6 +53,8 @@
 #define WG_ROWS 128   /* weight rows per block */
 #define WG_THREADS 256
 #define WG_KC 64      /* reduction values per chunk */
+#define WG_SPLIT_SETS 4 /* 16-row split tiles (T <= 4, at most 3 blocks a multiprocessor): chunks of
+                          codes in flight a lane; 7 % off GEMM1 at T = 1 against 2 sets */
 #define WG_L2_AHEAD 4 /* direct loads: chunks asked of L2 ahead of the stage being read (4 and 8
                          measured best, 16 and 32 slower) */
 #define WG_A_BYTES (WG_ROWS * WG_KC / 2)       /* codes per stage: 4 kB */
@@ -633,15 +635,16 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
             return kc0;
         };
         if constexpr (BN == 16) {
-            /* 16-row tiles: two chunks in flight a lane, chunk kc in set kc % 2, chunk kc + 2
-             * loaded into the same set once kc is decoded; the empty asm keeps set h's decode
-             * after the previous chunk's wgmma wait (else ptxas decodes ahead into a second
-             * fragment set). Measured 2-5 % faster at T <= 64; the 32-row tiles, capped at 64
-             * registers, 2.5 % slower with it (docs/device-notes.md). */
-            static_assert(CPS % 2 == 0, "two register sets need an even number of chunks a stage");
-            uint32_t wq[2][4], swq[2];
+            /* 16-row tiles: SETS chunks in flight a lane, chunk kc in set kc % SETS, chunk
+             * kc + SETS loaded into the same set once kc is decoded; the empty asm keeps set h's
+             * decode after the previous chunk's wgmma wait (else ptxas decodes ahead into a
+             * second fragment set). Two sets measured 2-5 % faster at T <= 64; the 32-row
+             * tiles, capped at 64 registers, 2.5 % slower with it (docs/device-notes.md). */
+            constexpr int SETS = KS > 1 ? WG_SPLIT_SETS : 2;
+            static_assert(CPS % SETS == 0, "a stage holds whole rounds of the register sets");
+            uint32_t wq[SETS][4], swq[SETS];
 #pragma unroll
-            for (int h = 0; h < 2; h++)
+            for (int h = 0; h < SETS; h++)
                 if (kc_begin + h < kc_end) {
                     load_codes(my_codes + (size_t)(kc_begin + h) * WG_A_BYTES, wq[h]);
                     swq[h] = load_scale_word(my_scales + (size_t)(kc_begin + h) * WG_S_BYTES);
@@ -650,17 +653,17 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
             for (int st = 0; st < n_stages; st++) {
                 const int kc0 = open_stage(st);
 #pragma unroll 1
-                for (int j = 0; j < CPS; j += 2) {
+                for (int j = 0; j < CPS; j += SETS) {
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
+                    for (int h = 0; h < SETS; h++) {
                         const int kc = kc0 + j + h;
                         if (kc >= kc_end) break;
                         asm volatile("" : "+r"(wq[h][0]), "+r"(wq[h][1]), "+r"(wq[h][2]),
                                      "+r"(wq[h][3]), "+r"(swq[h])::"memory");
                         decode_words(wq[h], swq[h], two, a);
-                        if (kc + 2 < kc_end) {
-                            load_codes(my_codes + (size_t)(kc + 2) * WG_A_BYTES, wq[h]);
-                            swq[h] = load_scale_word(my_scales + (size_t)(kc + 2) * WG_S_BYTES);
+                        if (kc + SETS < kc_end) {
+                            load_codes(my_codes + (size_t)(kc + SETS) * WG_A_BYTES, wq[h]);
+                            swq[h] = load_scale_word(my_scales + (size_t)(kc + SETS) * WG_S_BYTES);
                         }
                         mma_chunk(slot, j + h, a);
                         wgmma_wait_all();

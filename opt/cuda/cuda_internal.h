@@ -244,11 +244,13 @@ typedef struct {
     cublasLtMatmulAlgo_t algo;
     int T, N, Kd;
     cudaDataType_t out_type;
+    int sm_target; /* multiprocessors the algorithm is chosen for; 0: all */
     bool ready;
 } moe_cuda_lt_plan;
 
 moe_status moe_cuda_lt_plan_for(cublasLtHandle_t lt, moe_cuda_lt_plan *plan, int N, int Kd, int T,
-                                cudaDataType_t out_type, size_t workspace_bytes, moe_error *err);
+                                cudaDataType_t out_type, int sm_target, size_t workspace_bytes,
+                                moe_error *err);
 /* w [N, Kd], x [T, Kd], c [T, N]. */
 moe_status moe_cuda_lt_run(cublasLtHandle_t lt, const moe_cuda_lt_plan *plan, const uint16_t *w,
                            const uint16_t *x, void *c, void *workspace, size_t workspace_bytes,

@@ -5,8 +5,9 @@
  *   - row-major C [T, N] = X [T, Kd] W^T with W [N, Kd] row-major: in cuBLASLt's column-major
  *     terms C^T [N, T] = op(W) X^T with op = transpose, so no data is moved;
  *   - bf16 inputs, fp32 compute and scale type, output fp32 or bf16 (round to nearest even);
- *   - the algorithm is cuBLASLt's first heuristic choice for the shape, fixed per plan, with a
- *     workspace owned by the stream that runs it: the same T gives bitwise-identical results.
+ *   - the algorithm is cuBLASLt's first heuristic choice for the shape (and, where the plan
+ *     asks, for fewer multiprocessors than the device has), fixed per plan, with a workspace
+ *     owned by the stream that runs it: the same T gives bitwise-identical results.
  */
 #include "cuda_internal.h"
 
@@ -22,11 +23,13 @@ void moe_cuda_lt_plan_free(moe_cuda_lt_plan *plan) {
 }
 
 moe_status moe_cuda_lt_plan_for(cublasLtHandle_t lt, moe_cuda_lt_plan *plan, int N, int Kd, int T,
-                                cudaDataType_t out_type, size_t workspace_bytes, moe_error *err) {
-    if (plan->ready && plan->T == T && plan->N == N && plan->Kd == Kd && plan->out_type == out_type)
+                                cudaDataType_t out_type, int sm_target, size_t workspace_bytes,
+                                moe_error *err) {
+    if (plan->ready && plan->T == T && plan->N == N && plan->Kd == Kd &&
+        plan->out_type == out_type && plan->sm_target == sm_target)
         return MOE_OK;
     moe_cuda_lt_plan_free(plan);
-    plan->T = T, plan->N = N, plan->Kd = Kd, plan->out_type = out_type;
+    plan->T = T, plan->N = N, plan->Kd = Kd, plan->out_type = out_type, plan->sm_target = sm_target;
     LT_TRY(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t transpose = CUBLAS_OP_T;
     LT_TRY(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
@@ -34,6 +37,11 @@ moe_status moe_cuda_lt_plan_for(cublasLtHandle_t lt, moe_cuda_lt_plan *plan, int
     LT_TRY(cublasLtMatrixLayoutCreate(&plan->w, CUDA_R_16BF, (uint64_t)Kd, (uint64_t)N, (int64_t)Kd));
     LT_TRY(cublasLtMatrixLayoutCreate(&plan->x, CUDA_R_16BF, (uint64_t)Kd, (uint64_t)T, (int64_t)Kd));
     LT_TRY(cublasLtMatrixLayoutCreate(&plan->c, out_type, (uint64_t)N, (uint64_t)T, (int64_t)N));
+    if (sm_target > 0) {
+        const int32_t sms = sm_target;
+        LT_TRY(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms,
+                                              sizeof sms));
+    }
     cublasLtMatmulPreference_t pref = NULL;
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(
