@@ -290,6 +290,15 @@ struct wg_split {
     int32_t *counters;
 };
 
+/* The (tile, row tile) pairs of one split GEMM at T tokens. GEMM1 and GEMM2 each have a region
+ * of the scratch this big, GEMM2's after GEMM1's: GEMM2 runs beside GEMM1's last blocks
+ * (wg_chain), and where the two GEMMs have different row tile counts (a tensor-parallel shard's
+ * I_local) the same pair index names different tiles of the two. */
+inline size_t split_pairs(int T, int K, int E, int D, int IL) {
+    const int n_rt = max(wg_row_tiles(1, 2 * IL), wg_row_tiles(2, D));
+    return (size_t)moe_cuda_tile_bound(T, K, E, 16) * n_rt;
+}
+
 /* Keeps v in its registers here (an in-flight wgmma may still read them). */
 __device__ __forceinline__ void keep_regs(uint32_t (&a)[4][4]) {
 #pragma unroll
@@ -743,7 +752,11 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
     const uint8_t *two_products = scales + wg_flags_offset(STAGE, ex->E, p.N, p.Kdim);
     const int n_rtb = (wg_row_tiles(STAGE, p.N) + RT - 1) / RT;
     const long blocks = (long)n_rtb * moe_cuda_tile_bound(T, K, ex->E, BN) * KS;
-    const wg_split split = {ex->split_partial, ex->split_counters};
+    wg_split split = {ex->split_partial, ex->split_counters};
+    if (STAGE == 2 && KS > 1 && split.partial && split.counters) { /* GEMM2's own region */
+        const size_t pairs = split_pairs(T, K, ex->E, ex->D, ex->IL);
+        split.partial += pairs * KS * WG_ROWS * BN, split.counters += pairs;
+    }
     if (KS > 1 && (!split.partial || !split.counters || T > MOE_CUDA_WG_SPLIT_MAX_T))
         return moe_fail(err, MOE_ERR_INTERNAL, "cuda: split wgmma kernels for T = %d without scratch", T);
     if (blocks > 0x7FFFFFFFL)
@@ -795,12 +808,10 @@ moe_status moe_cuda_wgmma_pack(cudaStream_t stream, moe_cuda_experts *ex, moe_er
 }
 
 size_t moe_cuda_wgmma_split_floats(int T, int K, int E, int D, int IL) {
-    const int n_rt = wg_row_tiles(1, 2 * IL) > wg_row_tiles(2, D) ? wg_row_tiles(1, 2 * IL) : wg_row_tiles(2, D);
-    return (size_t)moe_cuda_tile_bound(T, K, E, 16) * n_rt * MOE_CUDA_WG_SPLIT * WG_ROWS * 16;
+    return 2 * split_pairs(T, K, E, D, IL) * MOE_CUDA_WG_SPLIT * WG_ROWS * 16;
 }
 size_t moe_cuda_wgmma_split_counters(int T, int K, int E, int D, int IL) {
-    const int n_rt = wg_row_tiles(1, 2 * IL) > wg_row_tiles(2, D) ? wg_row_tiles(1, 2 * IL) : wg_row_tiles(2, D);
-    return (size_t)moe_cuda_tile_bound(T, K, E, 16) * n_rt;
+    return 2 * split_pairs(T, K, E, D, IL);
 }
 
 /* The counts that chain GEMM2 to GEMM1 (wg_chain). */

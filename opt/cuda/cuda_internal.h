@@ -203,7 +203,8 @@ moe_cuda_expert_gemm2_fn moe_cuda_expert_wg2_16, moe_cuda_expert_wg2_32, moe_cud
     moe_cuda_expert_wg2_16_split;
 #define MOE_CUDA_WG_SPLIT 2
 #define MOE_CUDA_WG_SPLIT_MAX_T 4
-/* The split scratch for T tokens: fp32 partial sums and int32 arrival counts (zeroed once). */
+/* The split scratch for T tokens, one region for each GEMM: fp32 partial sums and int32 arrival
+ * counts (zeroed once). */
 size_t moe_cuda_wgmma_split_floats(int T, int K, int E, int D, int IL);
 size_t moe_cuda_wgmma_split_counters(int T, int K, int E, int D, int IL);
 /* Allocates ex's w13_wg .. w2_wg_scale and fills them from its MXFP4 codes and scales on the
