@@ -53,11 +53,22 @@
 #define STAGING_CHUNKS 8                   /* pieces of an x upload or out download at most */
 #define STAGING_MIN_CHUNK ((size_t)1 << 20) /* smaller pieces cost more in calls than they save */
 #define LT_ALIGN 256 /* cuBLASLt picks its algorithm for operands aligned this far (its default) */
+#define GRAPH_CACHE 8 /* captured layers the device entry keeps, one per (T, x, out): a caller
+                         that cycles through a few buffers launches a kept graph (4-5 us of host
+                         time) instead of capturing again (about 20 us; docs/device-notes.md) */
 
 namespace {
 
 enum { EV_UPLOAD, EV_GATE, EV_ROUTE, EV_GROUP, EV_GEMM1, EV_GEMM2, EV_COMBINE, EV_DOWNLOAD,
        EV_BEGIN, EV_SINK_START, EV_SINK_GEMM1, EV_SINK_SWIGLU, EV_SINK_GEMM2, EV_COUNT };
+
+/* One captured layer of the device entry, valid for T tokens on x and out. */
+struct layer_graph {
+    cudaGraphExec_t exec; /* NULL: an empty slot */
+    int T;
+    const void *x, *out;
+    unsigned long last_use;
+};
 
 struct cuda_state {
     const moe_shard *shard;
@@ -100,11 +111,9 @@ struct cuda_state {
     int32_t *counts;    /* [E] */
     int32_t *n_tiles;   /* [1] */
     unsigned *front_ticket; /* [1] the small-T front end's, zero between launches */
-    /* the device entry's captured layer, valid for graph_T tokens on graph_x, graph_out */
-    cudaGraphExec_t graph;
-    int graph_T;
-    const void *graph_x;
-    const void *graph_out;
+    /* the device entry's captured layers (capture_layer), the least recently used replaced */
+    layer_graph graphs[GRAPH_CACHE];
+    unsigned long graph_clock; /* counts the graphs' uses, for last_use */
     float *stage;       /* stage conversions, stage_cap floats */
     size_t stage_cap;
     void *flush;        /* L2_FLUSH_BYTES, allocated on first use */
@@ -187,15 +196,14 @@ bool cuda_wgmma_supports(const moe_config *cfg, const moe_split *split, const mo
     return supports_variant(MOE_CUDA_EXPERTS_WGMMA, cfg, split, opt, why, why_len);
 }
 
-/* The captured layer is dropped with the buffers it was captured on. */
-void drop_graph(cuda_state *s) {
-    if (s->graph) cudaGraphExecDestroy(s->graph);
-    s->graph = NULL;
-    s->graph_T = 0, s->graph_x = NULL, s->graph_out = NULL;
+void drop_graph(layer_graph *g) {
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    *g = layer_graph();
 }
 
+/* The captured layers are dropped with the buffers they were captured on. */
 void free_workspace(cuda_state *s) {
-    drop_graph(s);
+    for (int i = 0; i < GRAPH_CACHE; i++) drop_graph(&s->graphs[i]);
     cudaFree(s->ws);
     s->ws = NULL;
     s->experts.split_partial = NULL, s->experts.split_counters = NULL;
@@ -792,11 +800,24 @@ bool on_device(const cuda_state *s, const void *p) {
            a.device == s->device;
 }
 
-/* The layer on x [T, D] and out [T, D] (device) as s->graph: captured from the routed stream
- * (the sinks stream joins through its events) unless the graph already holds this key. An
- * existing graph is updated in place where CUDA allows it, else instantiated again. */
-moe_status capture_layer(cuda_state *s, int T, const uint16_t *x, float *out, moe_error *err) {
-    if (s->graph && s->graph_T == T && s->graph_x == x && s->graph_out == out) return MOE_OK;
+/* The graph of the layer on x [T, D] and out [T, D] (device), in *exec: a kept one with this
+ * key, else one captured from the routed stream (the sinks stream joins through its events)
+ * into the slot used least recently, whose graph is updated in place where CUDA allows it and
+ * instantiated again where not. */
+moe_status capture_layer(cuda_state *s, int T, const uint16_t *x, float *out,
+                         cudaGraphExec_t *exec, moe_error *err) {
+    layer_graph *slot = &s->graphs[0];
+    for (int i = 0; i < GRAPH_CACHE; i++) {
+        layer_graph *g = &s->graphs[i];
+        if (g->exec && g->T == T && g->x == x && g->out == out) {
+            g->last_use = ++s->graph_clock;
+            *exec = g->exec;
+            return MOE_OK;
+        }
+        const bool replaces_sooner = !g->exec ? slot->exec != NULL /* an empty slot first */
+                                              : slot->exec && g->last_use < slot->last_use;
+        if (replaces_sooner) slot = g;
+    }
     CUDA_TRY(cudaStreamBeginCapture(s->routed, cudaStreamCaptureModeRelaxed));
     moe_status st = run_layer(s, T, x, out, false, err);
     cudaGraph_t g = NULL;
@@ -805,27 +826,28 @@ moe_status capture_layer(cuda_state *s, int T, const uint16_t *x, float *out, mo
         st = moe_fail(err, MOE_ERR_DEVICE, "cuda: capturing the layer for T = %d failed: %s", T,
                       cudaGetErrorString(ended));
     cudaGetLastError(); /* a failed capture leaves its error behind; it is reported above */
-    if (!st && s->graph) {
+    if (!st && slot->exec) {
         cudaGraphExecUpdateResultInfo info;
-        if (cudaGraphExecUpdate(s->graph, g, &info) != cudaSuccess) {
+        if (cudaGraphExecUpdate(slot->exec, g, &info) != cudaSuccess) {
             cudaGetLastError();
-            drop_graph(s);
+            drop_graph(slot);
         }
     }
-    if (!st && !s->graph) {
-        const cudaError_t e = cudaGraphInstantiate(&s->graph, g, 0);
+    if (!st && !slot->exec) {
+        const cudaError_t e = cudaGraphInstantiate(&slot->exec, g, 0);
         if (e != cudaSuccess) {
-            s->graph = NULL;
+            slot->exec = NULL;
             st = moe_fail(err, MOE_ERR_DEVICE, "cuda: cudaGraphInstantiate of the layer for "
                           "T = %d failed: %s", T, cudaGetErrorString(e));
         }
     }
     if (g) cudaGraphDestroy(g);
     if (st) {
-        drop_graph(s);
+        drop_graph(slot);
         return st;
     }
-    s->graph_T = T, s->graph_x = x, s->graph_out = out;
+    slot->T = T, slot->x = x, slot->out = out, slot->last_use = ++s->graph_clock;
+    *exec = slot->exec;
     return MOE_OK;
 }
 
@@ -856,9 +878,10 @@ moe_status forward_device(cuda_state *s, int T, const uint16_t *x_dev, float *ou
     if (timed) {
         TRY(run_layer(s, T, x, out_dev, timed, err));
     } else {
-        TRY(capture_layer(s, T, x, out_dev, err));
+        cudaGraphExec_t graph = NULL;
+        TRY(capture_layer(s, T, x, out_dev, &graph, err));
         if (graph_ms) CUDA_TRY(cudaEventRecord(s->timing[EV_UPLOAD], st));
-        CUDA_TRY(cudaGraphLaunch(s->graph, st));
+        CUDA_TRY(cudaGraphLaunch(graph, st));
         if (graph_ms) CUDA_TRY(cudaEventRecord(s->timing[EV_COMBINE], st));
     }
     TRY(mark(s, timed, EV_DOWNLOAD, st, err));

@@ -478,14 +478,16 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     __shared__ bool last_slice;  /* KS > 1: this block adds the slices up */
     __shared__ int *count_at;    /* GEMM1: its tile's gemm1_done, or NULL (kept here, not in a
                                     register through the loop) */
-    if (STAGE == 1) launch_dependents();
     constexpr int THREADS = WG_THREADS * RT;
     const int n_rt = wg_row_tiles(STAGE, p.N), n_kc = wg_chunks(p.Kdim), n_rtb = (n_rt + RT - 1) / RT;
     const int ks = (int)(blockIdx.x % (unsigned)KS), block = (int)(blockIdx.x / (unsigned)KS);
     const int rtb = block % n_rtb, tile_i = block / n_rtb;
     const int kc_begin = ks * n_kc / KS, kc_end = (ks + 1) * n_kc / KS; /* this block's chunks */
     const int n_chunks = kc_end - kc_begin, n_stages = (n_chunks + CPS - 1) / CPS;
-    if (tile_i >= *p.n_tiles) return;
+    if (tile_i >= *p.n_tiles) return; /* an exited block counts as one that let GEMM2 launch */
+    /* GEMM2 may launch once every block is past here; it writes only y, so nothing that GEMM1
+     * reads changes under it */
+    if (STAGE == 1) launch_dependents();
     const moe_cuda_tile tile = p.tiles[tile_i];
     if (STAGE == 2 && chain.wait_for > 0) { /* h comes from GEMM1, the weights do not */
         if (threadIdx.x == 0)
