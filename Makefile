@@ -72,6 +72,12 @@ ifeq ($(HAVE_CUDA)$(if $(CUDA_REAL),yes),yesyes)
   CUDA_CSRC := $(filter-out opt/cuda/cuda_stub.c,$(wildcard opt/cuda/*.c))
   CPPFLAGS  += -DMOE_HAVE_CUDA -isystem $(CUDA_HOME)/include
   LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+  # CUPTI, for the lab's --timeline only: its header at build time, its library loaded at run
+  # time (opt/cuda/cuda_timeline.cu), wherever this toolkit keeps them
+  CUPTI_INC := $(firstword $(wildcard $(CUDA_HOME)/include/cupti.h $(CUDA_HOME)/extras/CUPTI/include/cupti.h))
+  CUPTI_LIB := $(firstword $(wildcard $(CUDA_HOME)/lib64/libcupti.so $(CUDA_HOME)/lib/libcupti.so \
+                 $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so))
+  NVFLAGS   += $(if $(CUPTI_INC),-I$(dir $(CUPTI_INC))) $(if $(CUPTI_LIB),-DMOE_CUPTI_LIB='"$(CUPTI_LIB)"')
 else
   CUDA_SRC  :=
   CUDA_CSRC := opt/cuda/cuda_stub.c

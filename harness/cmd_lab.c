@@ -23,12 +23,13 @@ static void usage(FILE *f) {
             "usage: inkling-moe lab [--stage " LAB_FOCUS_CHOICES "]\n"
             "         [--variant all|NAME,...] [--shape inkling-small|inkling|small | --case 'LINE' | --small]\n"
             "         [--tokens 1,64,4096] [--iters N] [--check all|none|T,...] [--seed S]\n"
-            "         [--format mxfp4|nvfp4] [--csv FILE] [--list]\n"
+            "         [--format mxfp4|nvfp4] [--csv FILE] [--timeline] [--list]\n"
             "  runs every variant (--variant all: each CUDA variant the registry lists) on the same\n"
             "  layer and inputs at each T: bitwise determinism, sampled tokens judged against the\n"
             "  reference with the contract's envelope, the median of --iters calls per stage after\n"
             "  an L2 flush beside the bytes, FLOPs and floor of the stage (--stage: which stages),\n"
-            "  and the spread of the layer's calls (p10, median, p90; per stage in the CSV)\n");
+            "  and the spread of the layer's calls (p10, median, p90; per stage in the CSV);\n"
+            "  --timeline: the kernels of one more serving call as the GPU ran them (CUPTI)\n");
 }
 
 /* "all" (every T of tokens), "none", or a list of T that must each be in tokens. */
@@ -65,7 +66,7 @@ int cmd_lab(int argc, char **argv) {
     const char *tokens = NULL, *check = "all", *csv_path = NULL;
     int focus = LAB_FOCUS_LAYER, iters = 30, format = 0;
     uint64_t seed = 1;
-    bool small = false, list = false;
+    bool small = false, list = false, timeline = false;
     cli_option opts[] = {
         {.name = "--stage", .kind = CLI_CHOICE, .out = &focus, .choices = LAB_FOCUS_CHOICES},
         {.name = "--variant", .kind = CLI_STRING, .out = &variants, .nonempty = true},
@@ -80,6 +81,7 @@ int cmd_lab(int argc, char **argv) {
         {.name = "--format", .kind = CLI_CHOICE, .out = &format, .choices = "mxfp4,nvfp4", .excludes = "--case"},
         {.name = "--csv", .kind = CLI_STRING, .out = &csv_path, .nonempty = true},
         {.name = "--list", .kind = CLI_FLAG, .out = &list},
+        {.name = "--timeline", .kind = CLI_FLAG, .out = &timeline},
     };
     int rc = cli_parse("lab", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, usage);
     if (rc >= 0) return rc;
@@ -99,6 +101,7 @@ int cmd_lab(int argc, char **argv) {
     memset(&p, 0, sizeof p);
     p.iters = iters;
     p.focus = (lab_focus)focus;
+    p.timeline = timeline;
     moe_error err;
     moe_error_clear(&err);
     if (lab_parse_variants(backends ? backends : variants, &p, &err))

@@ -71,6 +71,14 @@ typedef enum { LAB_FOCUS_LAYER = 0, LAB_FOCUS_EXPERTS, LAB_FOCUS_GATE, LAB_FOCUS
     "shape,variant,T,stage,bytes,flops,median_us,floor_us,achieved_GBps,achieved_TFLOPs,x_floor," \
     "p10_us,p90_us"
 
+/* One kernel of a traced serving call (--timeline): µs after the call's first kernel began. */
+typedef struct {
+    char name[96];
+    double start_us, end_us;
+    unsigned stream; /* the kernels of one stream share it */
+} lab_span;
+#define LAB_MAX_SPANS 64
+
 /* How the lab drives a variant's calls and times them: the CUDA backend's stage events
  * (lab_cuda_timer), or a test double. "Device" buffers are the timer's own memory; the lab
  * reads the host's clock around each call itself. */
@@ -90,6 +98,10 @@ typedef struct {
     moe_status (*dev_alloc)(void **p, size_t bytes, const void *src, moe_error *err);
     moe_status (*dev_read)(void *host, const void *dev, size_t bytes, moe_error *err);
     void (*dev_free)(void *p);
+    /* The kernels of one more device-pointer call, as the GPU ran them: spans [cap] in start
+     * order, *n how many. NULL: the timer has no timeline. */
+    moe_status (*timeline)(const moe_backend *be, void *state, int T, const void *x_dev,
+                           void *out_dev, lab_span *spans, int cap, int *n, moe_error *err);
 } lab_timer;
 
 /* The CUDA backend's timer (harness/lab_cuda.c): its state is the `void *` of the CUDA
@@ -107,6 +119,7 @@ typedef struct {
     const moe_backend *variants[LAB_MAX_VARIANTS];
     int n_variants;
     lab_focus focus;
+    bool timeline; /* print the kernels of one serving call at each (variant, T) */
 } lab_plan;
 
 /* The registry's CUDA variants, in its order, into out [cap]; returns how many there are. */

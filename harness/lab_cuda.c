@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>
+#include <string.h>
 
 /* Where each timed stage lies in the backend's record. */
 static const size_t stage_field[LAB_DEVICE + 1] = {
@@ -68,9 +69,26 @@ static moe_status cuda_dev_read(void *host, const void *dev, size_t bytes, moe_e
 
 static void cuda_dev_free(void *p) { cudaFree(p); }
 
+static moe_status cuda_timeline(const moe_backend *be, void *state, int T, const void *x_dev,
+                                void *out_dev, lab_span *spans, int cap, int *n, moe_error *err) {
+    (void)be;
+    moe_cuda_kernel_span k[LAB_MAX_SPANS];
+    *n = 0;
+    moe_status st = moe_cuda_graph_timeline(state, T, (const uint16_t *)x_dev, (float *)out_dev, k,
+                                            cap < LAB_MAX_SPANS ? cap : LAB_MAX_SPANS, n, err);
+    for (int i = 0; i < *n && !st; i++) {
+        _Static_assert(sizeof spans[i].name == sizeof k[i].name, "one name length");
+        memcpy(spans[i].name, k[i].name, sizeof spans[i].name);
+        spans[i].name[sizeof spans[i].name - 1] = '\0';
+        spans[i].start_us = k[i].start_us, spans[i].end_us = k[i].end_us, spans[i].stream = k[i].stream;
+    }
+    return st;
+}
+
 const lab_timer *lab_cuda_timer(void) {
     static const lab_timer timer = {cuda_flush,     cuda_call,     cuda_call_on_device,
-                                    cuda_dev_alloc, cuda_dev_read, cuda_dev_free};
+                                    cuda_dev_alloc, cuda_dev_read, cuda_dev_free,
+                                    cuda_timeline};
     return &timer;
 }
 

@@ -134,6 +134,28 @@ static moe_status gpu_run_alloc(const moe_config *c, const moe_backend *be, int 
     return MOE_OK;
 }
 
+/* The kernels of one more device-pointer call (the timer's timeline), or why there are none.
+ * Not a check: a timeline that cannot be made here is said and the run goes on. */
+static void print_timeline(const lab_timer *tm, const moe_backend *be, void *state, int T,
+                           const void *x_dev, void *out_dev, FILE *out) {
+    lab_span spans[LAB_MAX_SPANS];
+    int n = 0;
+    moe_error err;
+    moe_error_clear(&err);
+    const moe_status st = tm->timeline ? tm->timeline(be, state, T, x_dev, out_dev, spans,
+                                                      LAB_MAX_SPANS, &n, &err)
+                                       : moe_fail(&err, MOE_ERR_UNSUPPORTED, "this timer has none");
+    if (st) {
+        fprintf(out, "  timeline: not made (%s)\n", err.msg);
+        return;
+    }
+    fprintf(out, "  timeline of one serving call (L2 flushed), us after its first kernel began:\n");
+    fprintf(out, "  %10s %10s %10s %7s  %s\n", "start", "end", "length", "stream", "kernel");
+    for (int i = 0; i < n; i++)
+        fprintf(out, "  %10.1f %10.1f %10.1f %7u  %s\n", spans[i].start_us, spans[i].end_us,
+                spans[i].end_us - spans[i].start_us, spans[i].stream, spans[i].name);
+}
+
 /* Times `iters` calls (after 3 warm-up calls) of each kind, each after an L2 flush and on the
  * next of the batch's inputs: from host memory (the stage events and the host's clock), on
  * device pointers (the host's clock), and on device pointers again (the device's interval of
@@ -141,7 +163,7 @@ static moe_status gpu_run_alloc(const moe_config *c, const moe_backend *be, int 
  * call's output, and *same whether the last device call gave the same bits. */
 static moe_status time_calls(const lab_timer *tm, const moe_backend *be, void *state,
                              const lab_batch *b, int D, int iters, float *samples, float *out2,
-                             bool *same, moe_error *err) {
+                             bool *same, FILE *timeline, moe_error *err) {
     const int T = b->c.T;
     const size_t x_bytes = sizeof(uint16_t) * (size_t)T * D, out_bytes = sizeof(float) * (size_t)T * D;
     void *x_dev[LAB_ROTATE] = {NULL}, *out_dev = NULL;
@@ -171,6 +193,7 @@ static moe_status time_calls(const lab_timer *tm, const moe_backend *be, void *s
     }
     if (!st) st = tm->dev_read(out3, out_dev, out_bytes, err);
     *same = !st && memcmp(out2, out3, out_bytes) == 0;
+    if (!st && timeline) print_timeline(tm, be, state, T, x_dev[0], out_dev, timeline);
     for (int r = 0; r < LAB_ROTATE; r++)
         if (x_dev[r]) tm->dev_free(x_dev[r]);
     if (out_dev) tm->dev_free(out_dev);
@@ -220,7 +243,8 @@ static int run_variant(const lab_plan *p, const lab_timer *tm, const moe_layer_d
     moe_run_free(&gpu);
 
     bool same_on_device = false;
-    st = time_calls(tm, be, state, b, c->D, iters, samples, out2, &same_on_device, &err);
+    st = time_calls(tm, be, state, b, c->D, iters, samples, out2, &same_on_device,
+                    p->timeline ? out : NULL, &err);
     if (!st)
         fprintf(out, "  device-pointer call bitwise equal to the host call: %s\n", same_on_device ? "yes" : "NO");
     bad |= !st && !same_on_device;

@@ -612,6 +612,112 @@ static void test_device_entry_refuses_host_memory_and_strict(void **state) {
     moe_shard_free(&sh);
     moe_layer_data_free(&ld);
 }
+
+/* The checks catch a planted race: with the wgmma GEMM2 started beside GEMM1 but no longer
+ * waiting for the h rows it reads (moe_cuda_plant_chain_race), calls on alternating inputs give
+ * another output than the same layer without the plant at least once (GEMM2 reads the previous
+ * call's h); with the plant removed, every call gives the same bits again. GEMM1 here streams
+ * 2048-value rows for several microseconds after GEMM2 can start. */
+static void test_planted_chain_race_is_caught(void **state) {
+    (void)state;
+    skip_without_gpu();
+    enum { T = 32, D = 2048, CALLS = 20 };
+    moe_config c = {D, 1024, 16, 2, 1, 8.0f, true, true, MOE_ROUTED_MXFP4};
+    moe_layer_data ld;
+    moe_shard sh;
+    moe_error err;
+    unsplit_shard(&c, 83, &ld, &sh);
+    moe_options o = serving();
+    moe_layer *layer = NULL;
+    assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &layer, &err), MOE_OK);
+    void *backend_state = moe_layer_backend_state(layer);
+    uint16_t *x = malloc(sizeof(uint16_t) * 2 * T * D);
+    float *want = malloc(sizeof(float) * 2 * T * D), *got = malloc(sizeof(float) * T * D);
+    assert_true(x && want && got);
+    const size_t bytes = sizeof(float) * T * D;
+    for (int k = 0; k < 2; k++) {
+        moe_random_input(T, D, 95 + k, x + (size_t)k * T * D);
+        assert_int_equal(moe_layer_forward(layer, T, x + (size_t)k * T * D, want + (size_t)k * T * D,
+                                           NULL, &err), MOE_OK);
+    }
+    assert_int_equal(moe_cuda_plant_chain_race(backend_state, true, &err), MOE_OK);
+    int caught = 0;
+    for (int j = 0; j < CALLS; j++) {
+        const size_t k = (size_t)(j % 2);
+        assert_int_equal(moe_layer_forward(layer, T, x + k * T * D, got, NULL, &err), MOE_OK);
+        caught += memcmp(got, want + k * T * D, bytes) != 0;
+    }
+    assert_int_equal(moe_cuda_plant_chain_race(backend_state, false, &err), MOE_OK);
+    for (int j = 0; j < 4; j++) {
+        const size_t k = (size_t)(j % 2);
+        assert_int_equal(moe_layer_forward(layer, T, x + k * T * D, got, NULL, &err), MOE_OK);
+        assert_memory_equal(got, want + k * T * D, bytes);
+    }
+    print_message("planted chain race: %d of %d calls differed\n", caught, CALLS);
+    if (caught == 0) fail_msg("the planted race (GEMM2 not waiting for GEMM1) was not caught in %d calls", CALLS);
+    free(x);
+    free(want);
+    free(got);
+    moe_layer_destroy(layer);
+    moe_shard_free(&sh);
+    moe_layer_data_free(&ld);
+}
+
+/* The timeline of a serving call lists its kernels in start order from 0, each ending after it
+ * starts, ours among them by name, and the call still writes the host entry's output. Skipped,
+ * with the reason, where CUPTI cannot record here. */
+static void test_graph_timeline_lists_the_kernels(void **state) {
+    (void)state;
+    skip_without_gpu();
+    enum { T = 8, D = 96 };
+    moe_config c = {D, 64, 24, 4, 2, 8.0f, true, true, MOE_ROUTED_MXFP4};
+    moe_layer_data ld;
+    moe_shard sh;
+    moe_error err;
+    unsplit_shard(&c, 85, &ld, &sh);
+    moe_options o = serving();
+    moe_layer *layer = NULL;
+    assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &layer, &err), MOE_OK);
+    uint16_t x[T * D];
+    float want[T * D], got[T * D];
+    moe_random_input(T, D, 97, x);
+    assert_int_equal(moe_layer_forward(layer, T, x, want, NULL, &err), MOE_OK);
+    uint16_t *x_dev = NULL;
+    float *out_dev = NULL;
+    assert_int_equal(cudaMalloc((void **)&x_dev, sizeof x), cudaSuccess);
+    assert_int_equal(cudaMalloc((void **)&out_dev, sizeof got), cudaSuccess);
+    assert_int_equal(cudaMemcpy(x_dev, x, sizeof x, cudaMemcpyHostToDevice), cudaSuccess);
+    assert_int_equal(cudaMemset(out_dev, 0xFF, sizeof got), cudaSuccess);
+    moe_cuda_kernel_span spans[64];
+    int n = 0;
+    const moe_status st = moe_cuda_graph_timeline(moe_layer_backend_state(layer), T, x_dev,
+                                                  out_dev, spans, 64, &n, &err);
+    const bool unsupported = st == MOE_ERR_UNSUPPORTED;
+    if (unsupported) print_message("timeline unsupported here: %s\n", err.msg);
+    else if (st) fail_msg("timeline: %s", err.msg);
+    bool wgmma = false, combine = false;
+    for (int i = 0; i < n; i++) {
+        print_message("%8.1f %8.1f %4u %s\n", spans[i].start_us, spans[i].end_us, spans[i].stream,
+                      spans[i].name);
+        assert_true(spans[i].end_us >= spans[i].start_us);
+        if (i > 0) assert_true(spans[i].start_us >= spans[i - 1].start_us);
+        wgmma |= strstr(spans[i].name, "expert_wgmma_kernel") != NULL;
+        combine |= strstr(spans[i].name, "combine_kernel") != NULL;
+    }
+    if (!unsupported) {
+        assert_true(n >= 4);
+        assert_true(spans[0].start_us == 0.0);
+        assert_true(wgmma && combine);
+        assert_int_equal(cudaMemcpy(got, out_dev, sizeof got, cudaMemcpyDeviceToHost), cudaSuccess);
+        assert_memory_equal(got, want, sizeof got);
+    }
+    cudaFree(x_dev);
+    cudaFree(out_dev);
+    moe_layer_destroy(layer);
+    moe_shard_free(&sh);
+    moe_layer_data_free(&ld);
+    if (unsupported) skip();
+}
 #else
 static void test_fresh_layers_race_free(void **state) {
     (void)state;
@@ -633,6 +739,14 @@ static void test_device_entry_keeps_graphs_per_buffer(void **state) {
     (void)state;
     skip();
 }
+static void test_planted_chain_race_is_caught(void **state) {
+    (void)state;
+    skip();
+}
+static void test_graph_timeline_lists_the_kernels(void **state) {
+    (void)state;
+    skip();
+}
 #endif
 
 int main(void) {
@@ -650,6 +764,8 @@ int main(void) {
         cmocka_unit_test(test_device_entry_matches_host_entry),
         cmocka_unit_test(test_device_entry_refuses_host_memory_and_strict),
         cmocka_unit_test(test_device_entry_keeps_graphs_per_buffer),
+        cmocka_unit_test(test_planted_chain_race_is_caught),
+        cmocka_unit_test(test_graph_timeline_lists_the_kernels),
     };
     return cmocka_run_group_tests_name("cuda", tests, NULL, NULL);
 }

@@ -359,7 +359,52 @@ static moe_status host_read(void *host, const void *dev, size_t bytes, moe_error
     memcpy(host, dev, bytes);
     return MOE_OK;
 }
-static const lab_timer host_timer = {host_flush, host_call, host_call_on_device, host_alloc, host_read, free};
+/* Two made-up kernels: 0-10 us on stream 7, 4-12.5 us on stream 8. */
+static moe_status host_timeline(const moe_backend *be, void *state, int T, const void *x_dev,
+                                void *out_dev, lab_span *spans, int cap, int *n, moe_error *err) {
+    (void)be, (void)state, (void)T, (void)x_dev, (void)out_dev, (void)err;
+    const lab_span made_up[2] = {{"first_kernel<16>", 0.0, 10.0, 7}, {"second_kernel", 4.0, 12.5, 8}};
+    *n = cap < 2 ? cap : 2;
+    for (int i = 0; i < *n; i++) spans[i] = made_up[i];
+    return MOE_OK;
+}
+static const lab_timer host_timer = {host_flush, host_call, host_call_on_device, host_alloc,
+                                     host_read,  free,      host_timeline};
+static const lab_timer host_timer_without_timeline = {host_flush, host_call, host_call_on_device,
+                                                      host_alloc, host_read, free,
+                                                      NULL};
+
+/* --timeline prints each kernel of the timer's timeline with its start, end and length under
+ * a header; a timer without one says so, and neither changes the run's verdict. */
+static void test_timeline_printed_or_said_missing(void **state) {
+    (void)state;
+    static lab_plan p;
+    memset(&p, 0, sizeof p);
+    moe_error err;
+    assert_int_equal(fuzz_case_parse("D=64 I=64 R=8 K=2 S=1 T=1 fmt=mxfp4 bias=1 gscale=1 rs=8 split=none "
+                                     "pad=0 seed=7 feat=none", &p.layer, &err), MOE_OK);
+    snprintf(p.shape, sizeof p.shape, "case");
+    p.tokens[0] = 3, p.n_tokens = 1, p.iters = 2, p.timeline = true;
+    p.variants[0] = &moe_backend_ref, p.n_variants = 1;
+    for (int with = 1; with >= 0; with--) {
+        p.timer = with ? &host_timer : &host_timer_without_timeline;
+        FILE *out = tmpfile();
+        assert_non_null(out);
+        const int rc = lab_run(&p, out, NULL);
+        static char text[65536];
+        rewind(out);
+        text[fread(text, 1, sizeof text - 1, out)] = '\0';
+        fclose(out);
+        if (rc != 0) fail_msg("exit %d: %s", rc, text);
+        if (with) {
+            assert_non_null(strstr(text, "timeline of one serving call"));
+            assert_non_null(strstr(text, "       0.0       10.0       10.0       7  first_kernel<16>"));
+            assert_non_null(strstr(text, "       4.0       12.5        8.5       8  second_kernel"));
+        } else {
+            assert_non_null(strstr(text, "timeline: not made (this timer has none)"));
+        }
+    }
+}
 
 /* The lab's whole run on the host timer: the reference as a variant passes every check at every
  * T (all tokens, then a sample of 4 and of 8) and gives a CSV row per (variant, T, stage) with
@@ -451,6 +496,7 @@ int main(void) {
         cmocka_unit_test(test_csv_row),                cmocka_unit_test(test_times_spread),
         cmocka_unit_test(test_csv_other_header_refused), cmocka_unit_test(test_command_skips_without_gpu),
         cmocka_unit_test(test_command_usage),          cmocka_unit_test(test_whole_run_on_host_timer),
+        cmocka_unit_test(test_timeline_printed_or_said_missing),
         cmocka_unit_test(test_small_on_gpu),
         cmocka_unit_test(test_plot_from_fixture),
     };

@@ -975,6 +975,22 @@ extern "C" moe_status moe_cuda_graph_device_ms(void *state, int T, const uint16_
     return forward_device(s, T, x_dev, out_dev, NULL, NULL, ms, err);
 }
 
+extern "C" moe_status moe_cuda_drop_graphs(void *state, moe_error *err) {
+    cuda_state *s = (cuda_state *)state;
+    if (!s) return moe_fail(err, MOE_ERR_ARG, "cuda: NULL state");
+    CUDA_TRY(cudaSetDevice(s->device));
+    CUDA_TRY(cudaStreamSynchronize(s->routed)); /* no kept graph still running */
+    for (int i = 0; i < GRAPH_CACHE; i++) drop_graph(&s->graphs[i]);
+    return MOE_OK;
+}
+
+extern "C" moe_status moe_cuda_plant_chain_race(void *state, bool on, moe_error *err) {
+    if (!state) return moe_fail(err, MOE_ERR_ARG, "cuda plant: NULL state");
+    TRY(moe_cuda_drop_graphs(state, err)); /* they were captured the other way */
+    ((cuda_state *)state)->experts.planted_chain_race = on;
+    return MOE_OK;
+}
+
 extern "C" moe_status moe_cuda_flush_l2(void *state, moe_error *err) {
     cuda_state *s = (cuda_state *)state;
     if (!s) return moe_fail(err, MOE_ERR_ARG, "cuda flush: NULL state");

@@ -355,6 +355,7 @@ __device__ __forceinline__ void l2_prefetch(const void *src, uint32_t bytes) {
 struct wg_chain {
     moe_cuda_tile *count_in; /* GEMM1: the tile table its warps count in (NULL: no count) */
     int wait_for;            /* GEMM2: the count of a tile whose h is complete (0: no wait) */
+    bool beside_gemm1;       /* GEMM2: launched as GEMM1's programmatic dependent */
 };
 #define WG_WARPS_PER_ROW_TILE (WG_THREADS / 32)
 #define WG_WAIT_CYCLES 20000000000LL /* about 10 s: a count that never completes traps */
@@ -773,7 +774,7 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)blocks), cfg.blockDim = dim3(WG_THREADS * RT);
     cfg.dynamicSmemBytes = (size_t)smem, cfg.stream = stream;
-    cfg.attrs = &after_gemm1, cfg.numAttrs = STAGE == 2 && chain.wait_for > 0 ? 1 : 0;
+    cfg.attrs = &after_gemm1, cfg.numAttrs = STAGE == 2 && chain.beside_gemm1 ? 1 : 0;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, split, two_products, chain);
     if (e != cudaSuccess)
         return moe_fail(err, MOE_ERR_DEVICE, "cuda: launching expert_wgmma_kernel<gemm%d> "
@@ -817,9 +818,11 @@ size_t moe_cuda_wgmma_split_counters(int T, int K, int E, int D, int IL) {
 }
 
 /* The counts that chain GEMM2 to GEMM1 (wg_chain). */
-inline wg_chain chain_gemm1(moe_cuda_tile *tiles) { return {tiles, 0}; }
+inline wg_chain chain_gemm1(moe_cuda_tile *tiles) { return {tiles, 0, false}; }
+/* (ex->planted_chain_race: no wait, the race that tests/test_cuda.c plants) */
 inline wg_chain chain_gemm2(const moe_cuda_experts *ex) {
-    return {NULL, WG_WARPS_PER_ROW_TILE * wg_row_tiles(1, 2 * ex->IL)};
+    return {NULL, ex->planted_chain_race ? 0 : WG_WARPS_PER_ROW_TILE * wg_row_tiles(1, 2 * ex->IL),
+            true};
 }
 
 #define WGMMA_LAUNCHERS(NAME, BN, ...)                                                            \

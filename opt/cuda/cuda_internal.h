@@ -167,6 +167,9 @@ typedef struct {
     int E, D, IL;
     bool mxfp4;               /* MXFP4 (the GEMV kernels read only this one) */
     bool nvfp4;               /* NVFP4 (grouped tensor-core GEMMs) */
+    /* a planted bug, for the test that shows the checks catch it (moe_cuda_plant_chain_race):
+     * the wgmma GEMM2 starts beside GEMM1 without waiting for the h it reads */
+    bool planted_chain_race;
 } moe_cuda_experts;
 
 /* The launchers of the routed experts' two grouped GEMMs, one signature for every kind:

@@ -50,6 +50,28 @@ moe_status moe_cuda_forward_device_timed(void *state, int T, const uint16_t *x_d
 moe_status moe_cuda_graph_device_ms(void *state, int T, const uint16_t *x_dev, float *out_dev,
                                     float *ms, moe_error *err);
 
+/* One kernel of a traced call (moe_cuda_graph_timeline). */
+typedef struct {
+    char name[96];   /* demangled, without its parameters ("expert_wgmma_kernel<1, 16, ...>") */
+    double start_us; /* after the first kernel's start */
+    double end_us;
+    unsigned stream; /* CUPTI's stream id: the kernels of one stream share it */
+} moe_cuda_kernel_span;
+
+/* The serving call (the captured graph) once more, after an L2 flush, with CUPTI recording
+ * every kernel it runs, cuBLASLt's included: spans [cap] in start order, *n how many (at most
+ * cap). MOE_ERR_UNSUPPORTED with the reason where CUPTI cannot be loaded or record here. */
+moe_status moe_cuda_graph_timeline(void *state, int T, const uint16_t *x_dev, float *out_dev,
+                                   moe_cuda_kernel_span *spans, int cap, int *n, moe_error *err);
+
+/* Drops the graphs the device entry keeps; the next call on each (T, x, out) captures again. */
+moe_status moe_cuda_drop_graphs(void *state, moe_error *err);
+
+/* Plants (on) or removes (off) a race for the tests to catch: the wgmma GEMM2 starts beside
+ * GEMM1's last blocks, as it does, but no longer waits for the h rows it reads, so it may read
+ * the previous call's. The checks of the CUDA path must catch it (tests/test_cuda.c). */
+moe_status moe_cuda_plant_chain_race(void *state, bool on, moe_error *err);
+
 /* Overwrites a scratch buffer larger than the L2 cache so the next call starts cold. */
 moe_status moe_cuda_flush_l2(void *state, moe_error *err);
 
