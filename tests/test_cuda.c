@@ -719,34 +719,19 @@ static void test_graph_timeline_lists_the_kernels(void **state) {
     if (unsupported) skip();
 }
 #else
-static void test_fresh_layers_race_free(void **state) {
-    (void)state;
-    skip(); /* built without CUDA: no GPU path at all */
-}
-static void test_device_entry_refuses_other_layers(void **state) {
-    (void)state;
-    skip(); /* the device entry exists only in builds with CUDA */
-}
-static void test_device_entry_matches_host_entry(void **state) {
-    (void)state;
-    skip();
-}
-static void test_device_entry_refuses_host_memory_and_strict(void **state) {
-    (void)state;
-    skip();
-}
-static void test_device_entry_keeps_graphs_per_buffer(void **state) {
-    (void)state;
-    skip();
-}
-static void test_planted_chain_race_is_caught(void **state) {
-    (void)state;
-    skip();
-}
-static void test_graph_timeline_lists_the_kernels(void **state) {
-    (void)state;
-    skip();
-}
+/* Built without CUDA: no GPU path, no device entry; each of these reports SKIPPED. */
+#define SKIPPED_WITHOUT_CUDA(name)                                                                 \
+    static void name(void **state) {                                                               \
+        (void)state;                                                                               \
+        skip();                                                                                    \
+    }
+SKIPPED_WITHOUT_CUDA(test_fresh_layers_race_free)
+SKIPPED_WITHOUT_CUDA(test_device_entry_refuses_other_layers)
+SKIPPED_WITHOUT_CUDA(test_device_entry_matches_host_entry)
+SKIPPED_WITHOUT_CUDA(test_device_entry_refuses_host_memory_and_strict)
+SKIPPED_WITHOUT_CUDA(test_device_entry_keeps_graphs_per_buffer)
+SKIPPED_WITHOUT_CUDA(test_planted_chain_race_is_caught)
+SKIPPED_WITHOUT_CUDA(test_graph_timeline_lists_the_kernels)
 #endif
 
 int main(void) {
