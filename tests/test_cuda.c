@@ -400,6 +400,27 @@ static void unsplit_shard(const moe_config *c, uint64_t seed, moe_layer_data *ld
     assert_int_equal(moe_shard_build(c, &ld->w, &none, sh, &err), MOE_OK);
 }
 
+/* A CUDA layer with the serving options on random weights of c (seed), and what it was made
+ * from, for cuda_test_layer_free. */
+typedef struct {
+    moe_layer_data ld;
+    moe_shard sh;
+    moe_layer *layer;
+} cuda_test_layer;
+static void cuda_test_layer_make(const moe_config *c, uint64_t seed, cuda_test_layer *t) {
+    moe_error err;
+    unsplit_shard(c, seed, &t->ld, &t->sh);
+    moe_options o = serving();
+    t->layer = NULL;
+    if (moe_layer_create(&moe_backend_cuda, &t->sh, &o, &t->layer, &err) != MOE_OK)
+        fail_msg("creating the CUDA layer: %s", err.msg);
+}
+static void cuda_test_layer_free(cuda_test_layer *t) {
+    moe_layer_destroy(t->layer);
+    moe_shard_free(&t->sh);
+    moe_layer_data_free(&t->ld);
+}
+
 /* The device entry refuses what is not a CUDA layer (no GPU needed: the reference makes one). */
 static void test_device_entry_refuses_other_layers(void **state) {
     (void)state;
@@ -536,13 +557,10 @@ static void test_device_entry_keeps_graphs_per_buffer(void **state) {
     enum { PAIRS = 12, MAX_T = 5 };
     moe_config c = {96, 64, 24, 4, 2, 8.0f, true, true, MOE_ROUTED_MXFP4};
     const int D = c.D, Ts[2] = {MAX_T, 3};
-    moe_layer_data ld;
-    moe_shard sh;
     moe_error err;
-    unsplit_shard(&c, 81, &ld, &sh);
-    moe_options o = serving();
-    moe_layer *layer = NULL;
-    assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &layer, &err), MOE_OK);
+    cuda_test_layer t;
+    cuda_test_layer_make(&c, 81, &t);
+    moe_layer *layer = t.layer;
     uint16_t x[2][MAX_T * 96];
     float want[2][MAX_T * 96], got[MAX_T * 96];
     for (int k = 0; k < 2; k++) {
@@ -580,9 +598,7 @@ static void test_device_entry_keeps_graphs_per_buffer(void **state) {
         cudaFree(x_dev[i]);
         cudaFree(out_dev[i]);
     }
-    moe_layer_destroy(layer);
-    moe_shard_free(&sh);
-    moe_layer_data_free(&ld);
+    cuda_test_layer_free(&t);
 }
 
 /* Host memory, another device's memory and a strict layer are refused with the reason. */
@@ -623,13 +639,10 @@ static void test_planted_chain_race_is_caught(void **state) {
     skip_without_gpu();
     enum { T = 32, D = 2048, CALLS = 20 };
     moe_config c = {D, 1024, 16, 2, 1, 8.0f, true, true, MOE_ROUTED_MXFP4};
-    moe_layer_data ld;
-    moe_shard sh;
     moe_error err;
-    unsplit_shard(&c, 83, &ld, &sh);
-    moe_options o = serving();
-    moe_layer *layer = NULL;
-    assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &layer, &err), MOE_OK);
+    cuda_test_layer t;
+    cuda_test_layer_make(&c, 83, &t);
+    moe_layer *layer = t.layer;
     void *backend_state = moe_layer_backend_state(layer);
     uint16_t *x = malloc(sizeof(uint16_t) * 2 * T * D);
     float *want = malloc(sizeof(float) * 2 * T * D), *got = malloc(sizeof(float) * T * D);
@@ -658,9 +671,7 @@ static void test_planted_chain_race_is_caught(void **state) {
     free(x);
     free(want);
     free(got);
-    moe_layer_destroy(layer);
-    moe_shard_free(&sh);
-    moe_layer_data_free(&ld);
+    cuda_test_layer_free(&t);
 }
 
 /* The timeline of a serving call lists its kernels in start order from 0, each ending after it
@@ -671,13 +682,10 @@ static void test_graph_timeline_lists_the_kernels(void **state) {
     skip_without_gpu();
     enum { T = 8, D = 96 };
     moe_config c = {D, 64, 24, 4, 2, 8.0f, true, true, MOE_ROUTED_MXFP4};
-    moe_layer_data ld;
-    moe_shard sh;
     moe_error err;
-    unsplit_shard(&c, 85, &ld, &sh);
-    moe_options o = serving();
-    moe_layer *layer = NULL;
-    assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &layer, &err), MOE_OK);
+    cuda_test_layer t;
+    cuda_test_layer_make(&c, 85, &t);
+    moe_layer *layer = t.layer;
     uint16_t x[T * D];
     float want[T * D], got[T * D];
     moe_random_input(T, D, 97, x);
@@ -713,9 +721,7 @@ static void test_graph_timeline_lists_the_kernels(void **state) {
     }
     cudaFree(x_dev);
     cudaFree(out_dev);
-    moe_layer_destroy(layer);
-    moe_shard_free(&sh);
-    moe_layer_data_free(&ld);
+    cuda_test_layer_free(&t);
     if (unsupported) skip();
 }
 #else
