@@ -53,6 +53,8 @@ typedef enum {
                         it, opt/cuda/cuda_profile.h), on the host's clock */
     LAB_SERVING_DEVICE, /* the same call's captured graph on the device: one event pair around
                            its launch, no events between its kernels */
+    LAB_PINNED_UPLOAD,   /* x up and out down as single DMAs from and to pinned memory, no host */
+    LAB_PINNED_DOWNLOAD, /* copy: the bus speed the host call's transfers are held to */
     LAB_STAGE_COUNT
 } lab_stage_id;
 
@@ -102,6 +104,9 @@ typedef struct {
      * order, *n how many. NULL: the timer has no timeline. */
     moe_status (*timeline)(const moe_backend *be, void *state, int T, const void *x_dev,
                            void *out_dev, lab_span *spans, int cap, int *n, moe_error *err);
+    /* The transfers of a call of T tokens at pinned-memory speed: ms[0] x up, ms[1] out down,
+     * in milliseconds. NULL: the timer cannot measure them (their stages are not reported). */
+    moe_status (*pinned_dma)(const moe_backend *be, void *state, int T, float ms[2], moe_error *err);
 } lab_timer;
 
 /* The CUDA backend's timer (harness/lab_cuda.c): its state is the `void *` of the CUDA

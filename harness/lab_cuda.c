@@ -85,10 +85,16 @@ static moe_status cuda_timeline(const moe_backend *be, void *state, int T, const
     return st;
 }
 
+static moe_status cuda_pinned_dma(const moe_backend *be, void *state, int T, float ms[2],
+                                  moe_error *err) {
+    (void)be;
+    return moe_cuda_staging_dma_ms(state, T, ms, err);
+}
+
 const lab_timer *lab_cuda_timer(void) {
     static const lab_timer timer = {cuda_flush,     cuda_call,     cuda_call_on_device,
                                     cuda_dev_alloc, cuda_dev_read, cuda_dev_free,
-                                    cuda_timeline};
+                                    cuda_timeline,  cuda_pinned_dma};
     return &timer;
 }
 

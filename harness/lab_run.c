@@ -156,6 +156,9 @@ static void print_timeline(const lab_timer *tm, const moe_backend *be, void *sta
                 spans[i].end_us - spans[i].start_us, spans[i].stream, spans[i].name);
 }
 
+/* The pinned-DMA stages, measured only by a timer that can. */
+static bool is_pinned_dma(int s) { return s == LAB_PINNED_UPLOAD || s == LAB_PINNED_DOWNLOAD; }
+
 /* Times `iters` calls (after 3 warm-up calls) of each kind, each after an L2 flush and on the
  * next of the batch's inputs: from host memory (the stage events and the host's clock), on
  * device pointers (the host's clock), and on device pointers again (the device's interval of
@@ -182,10 +185,13 @@ static moe_status time_calls(const lab_timer *tm, const moe_backend *be, void *s
         const double w2 = fuzz_now();
         if (!st) st = tm->call_on_device(be, state, T, x_dev[r], out_dev, NULL, err);
         const double w3 = fuzz_now();
-        float serving_ms = 0.0f;
+        float serving_ms = 0.0f, dma_ms[2] = {0.0f, 0.0f};
         if (!st) st = tm->flush(be, state, err);
         if (!st) st = tm->call_on_device(be, state, T, x_dev[r], out_dev, &serving_ms, err);
+        if (!st && tm->pinned_dma) st = tm->pinned_dma(be, state, T, dma_ms, err);
         if (it < 0 || st) continue;
+        samples[(size_t)LAB_PINNED_UPLOAD * iters + it] = dma_ms[0];
+        samples[(size_t)LAB_PINNED_DOWNLOAD * iters + it] = dma_ms[1];
         samples[(size_t)LAB_HOST * iters + it] = (float)((w1 - w0) * 1e3);
         samples[(size_t)LAB_DEVICE_CALL * iters + it] = (float)((w3 - w2) * 1e3);
         samples[(size_t)LAB_SERVING_DEVICE * iters + it] = serving_ms;
@@ -266,7 +272,8 @@ static int run_variant(const lab_plan *p, const lab_timer *tm, const moe_layer_d
             us_of[s] = times_of[s].median_us;
         }
         for (int s = 0; s < LAB_STAGE_COUNT; s++) {
-            if (!lab_focus_has(p->focus, (lab_stage_id)s)) continue;
+            if (!lab_focus_has(p->focus, (lab_stage_id)s) || (is_pinned_dma(s) && !tm->pinned_dma))
+                continue;
             const double us = us_of[s], secs = us * 1e-6;
             const double floor_s = lab_floor_s(&stages[s]);
             fprintf(out, "  %-20s %10.1f %12.4g %10.0f %8.1f %10.2f %8.2f\n", stages[s].name, us,
@@ -289,6 +296,12 @@ static int run_variant(const lab_plan *p, const lab_timer *tm, const moe_layer_d
         if (us_of[LAB_SERVING_DEVICE] > 0)
             fprintf(out, "  host clock of the device-pointer call / serving graph on device: %.2f\n",
                     us_of[LAB_DEVICE_CALL] / us_of[LAB_SERVING_DEVICE]);
+        /* the host call's bound at large T (docs/perf-cuda.md): no more than the layer plus its
+         * transfers at pinned-memory speed */
+        const double bound_us = us_of[LAB_DEVICE] + us_of[LAB_PINNED_UPLOAD] + us_of[LAB_PINNED_DOWNLOAD];
+        if (tm->pinned_dma && bound_us > 0)
+            fprintf(out, "  forward call / (layer on device + transfers at pinned speed): %.2f "
+                    "(%.1f us against %.1f)\n", us_of[LAB_HOST] / bound_us, us_of[LAB_HOST], bound_us);
     }
     free(out2);
     free(samples);

@@ -36,6 +36,8 @@ void lab_stages(const moe_config *c, int T, int distinct, lab_stage out[LAB_STAG
         [LAB_HOST] = {"forward call", layer_bytes + t * D * 6, layer_flops},
         [LAB_DEVICE_CALL] = {"device-pointer call", layer_bytes, layer_flops},
         [LAB_SERVING_DEVICE] = {"serving graph", layer_bytes, layer_flops},
+        [LAB_PINNED_UPLOAD] = {"upload x, pinned DMA", t * D * 2, 0},
+        [LAB_PINNED_DOWNLOAD] = {"download out, pinned DMA", t * D * 4, 0},
     };
     for (int s = 0; s < LAB_STAGE_COUNT; s++) out[s] = rows[s];
 }
@@ -51,7 +53,8 @@ bool lab_focus_has(lab_focus f, lab_stage_id s) {
     case LAB_FOCUS_GROUP: return s == LAB_GROUP;
     case LAB_FOCUS_SINKS: return s == LAB_SINK_GEMM1 || s == LAB_SINK_SWIGLU || s == LAB_SINK_GEMM2;
     case LAB_FOCUS_COMBINE: return s == LAB_COMBINE;
-    case LAB_FOCUS_TRANSFERS: return s == LAB_UPLOAD || s == LAB_DOWNLOAD;
+    case LAB_FOCUS_TRANSFERS:
+        return s == LAB_UPLOAD || s == LAB_DOWNLOAD || s == LAB_PINNED_UPLOAD || s == LAB_PINNED_DOWNLOAD;
     default: return false;
     }
 }

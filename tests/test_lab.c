@@ -368,11 +368,17 @@ static moe_status host_timeline(const moe_backend *be, void *state, int T, const
     for (int i = 0; i < *n; i++) spans[i] = made_up[i];
     return MOE_OK;
 }
-static const lab_timer host_timer = {host_flush, host_call, host_call_on_device, host_alloc,
-                                     host_read,  free,      host_timeline};
+/* Made-up transfers at pinned speed, 1 + s ms like the stages. */
+static moe_status host_pinned_dma(const moe_backend *be, void *state, int T, float ms[2], moe_error *err) {
+    (void)be, (void)state, (void)T, (void)err;
+    ms[0] = 1.0f + (float)LAB_PINNED_UPLOAD, ms[1] = 1.0f + (float)LAB_PINNED_DOWNLOAD;
+    return MOE_OK;
+}
+static const lab_timer host_timer = {host_flush, host_call,     host_call_on_device, host_alloc,
+                                     host_read,  free,          host_timeline,       host_pinned_dma};
 static const lab_timer host_timer_without_timeline = {host_flush, host_call, host_call_on_device,
                                                       host_alloc, host_read, free,
-                                                      NULL};
+                                                      NULL, NULL};
 
 /* --timeline prints each kernel of the timer's timeline with its start, end and length under
  * a header; a timer without one says so, and neither changes the run's verdict. */
@@ -402,6 +408,8 @@ static void test_timeline_printed_or_said_missing(void **state) {
             assert_non_null(strstr(text, "       4.0       12.5        8.5       8  second_kernel"));
         } else {
             assert_non_null(strstr(text, "timeline: not made (this timer has none)"));
+            /* nor can it time the transfers at pinned speed: not reported rather than 0 */
+            assert_null(strstr(text, "pinned"));
         }
     }
 }
@@ -443,7 +451,11 @@ static void test_whole_run_on_host_timer(void **state) {
                                      "median 12000.0, p90 12000.0 us"));
         assert_non_null(strstr(text, "spread of the 3 calls, serving graph: p10 15000.0, "
                                      "median 15000.0, p90 15000.0 us"));
+        /* the host call against the layer plus the made-up pinned transfers: 12 + 16 + 17 ms */
+        assert_non_null(strstr(text, "forward call / (layer on device + transfers at pinned speed): "));
+        assert_non_null(strstr(text, " against 45000.0)"));
         char line[512];
+        int dma_rows = 0;
         rewind(csv);
         while (fgets(line, sizeof line, csv)) {
             rows++;
@@ -451,7 +463,12 @@ static void test_whole_run_on_host_timer(void **state) {
                 gate_rows++;
                 assert_non_null(strstr(line, ",2000.000,")); /* stage 1: 2 ms */
             }
+            if (strstr(line, ",download out, pinned DMA,")) {
+                dma_rows++;
+                assert_non_null(strstr(line, ",17000.000,"));
+            }
         }
+        assert_int_equal(dma_rows, n_variants * 3);
         fclose(out);
         fclose(csv);
         assert_int_equal(passes, 3);

@@ -14,7 +14,9 @@
  *     output are queued on the routed stream; pageable copies complete before returning);
  *   - x and out cross the bus through pinned staging buffers (grown with T like the workspace,
  *     freed in destroy), in at most STAGING_CHUNKS pieces, so the host's copy of one piece into
- *     or out of the staging overlaps the DMA of the next;
+ *     or out of the staging overlaps the DMA of the next; the host copies a piece with up to
+ *     moe_copy_threads() threads (common/host_copy.h): one thread's copies were three quarters
+ *     of the host call at T = 4096;
  *   - moe_cuda_forward_device (cuda_layer.h) runs the same chain on x and out already on the
  *     device: no staging, no upload or download, ordered after and before the caller's stream
  *     by events (or waited for when the caller gives no stream). It launches the chain as one
@@ -42,6 +44,7 @@
 #include "cuda_layer.h"
 #include "cuda_profile.h"
 
+#include "../../common/host_copy.h"
 #include "../../common/layer_rules.h"
 
 #include <stdio.h>
@@ -50,7 +53,8 @@
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define L2_FLUSH_BYTES ((size_t)256 << 20)
-#define STAGING_CHUNKS 8                   /* pieces of an x upload or out download at most */
+#define STAGING_CHUNKS 8                   /* pieces of an x upload or out download at most (16 and
+                                              32 were slower at T = 4096: device-notes) */
 #define STAGING_MIN_CHUNK ((size_t)1 << 20) /* smaller pieces cost more in calls than they save */
 #define LT_ALIGN 256 /* cuBLASLt picks its algorithm for operands aligned this far (its default) */
 #define GRAPH_CACHE 8 /* captured layers the device entry keeps, one per (T, x, out): a caller
@@ -79,6 +83,7 @@ struct cuda_state {
     cudaEvent_t x_ready, route_ready, sinks_done;
     cudaEvent_t caller_ready, layer_done;     /* the device entry's joins with the caller's stream */
     cudaEvent_t out_landed[STAGING_CHUNKS];   /* each piece of out in the staging */
+    int copy_threads; /* the host's copies into and out of the staging (common/host_copy.h) */
     int priority_low, priority_high; /* the sink and routed streams' priorities */
     int sm_count;                    /* the device's multiprocessors */
     cudaEvent_t timing[EV_COUNT];
@@ -364,6 +369,7 @@ moe_status create_variant(moe_cuda_variant variant, const moe_shard *sh, const m
     for (int i = 0; i < STAGING_CHUNKS; i++)
         CREATE_TRY(cudaEventCreateWithFlags(&s->out_landed[i], cudaEventDisableTiming));
     for (int i = 0; i < EV_COUNT; i++) CREATE_TRY(cudaEventCreate(&s->timing[i]));
+    s->copy_threads = moe_copy_threads();
     CREATE_TRY(cudaMalloc(&s->lt_ws_routed, LT_WORKSPACE_BYTES));
     CREATE_TRY(cudaMalloc(&s->lt_ws_sinks, LT_WORKSPACE_BYTES));
     CREATE_TRY(cudaMalloc((void **)&s->counts, (size_t)(s->E > 0 ? s->E : 1) * sizeof(int32_t)));
@@ -605,7 +611,7 @@ moe_status upload_x(cuda_state *s, int T, const uint16_t *x, moe_error *err) {
     const size_t bytes = (size_t)T * s->D * 2, chunk = staging_chunk(bytes);
     for (size_t o = 0; o < bytes; o += chunk) {
         const size_t n = bytes - o < chunk ? bytes - o : chunk;
-        memcpy((char *)s->x_host + o, (const char *)x + o, n);
+        moe_copy_parallel((char *)s->x_host + o, (const char *)x + o, n, s->copy_threads);
         CUDA_TRY(cudaMemcpyAsync((char *)s->x + o, (const char *)s->x_host + o, n,
                                  cudaMemcpyHostToDevice, s->routed));
     }
@@ -631,7 +637,7 @@ moe_status finish_download(cuda_state *s, int T, float *out, moe_error *err) {
     for (size_t o = 0, i = 0; o < bytes; o += chunk, i++) {
         const size_t n = bytes - o < chunk ? bytes - o : chunk;
         CUDA_TRY(cudaEventSynchronize(s->out_landed[i]));
-        memcpy((char *)out + o, (const char *)s->out_host + o, n);
+        moe_copy_parallel((char *)out + o, (const char *)s->out_host + o, n, s->copy_threads);
     }
     return MOE_OK;
 }
@@ -973,6 +979,28 @@ extern "C" moe_status moe_cuda_graph_device_ms(void *state, int T, const uint16_
         return moe_fail(err, MOE_ERR_ARG, "cuda timing: x_dev and out_dev must be memory of "
                         "device %d", s->device);
     return forward_device(s, T, x_dev, out_dev, NULL, NULL, ms, err);
+}
+
+extern "C" moe_status moe_cuda_staging_dma_ms(void *state, int T, float ms[2], moe_error *err) {
+    cuda_state *s = (cuda_state *)state;
+    if (!s || !ms) return moe_fail(err, MOE_ERR_ARG, "cuda timing: NULL state or ms");
+    ms[0] = ms[1] = 0.0f;
+    if (T <= 0) return T < 0 ? moe_fail(err, MOE_ERR_ARG, "cuda timing: T = %d", T) : MOE_OK;
+    CUDA_TRY(cudaSetDevice(s->device));
+    TRY(ensure_workspace(s, T, err));
+    TRY(ensure_staging(s, T, err));
+    const size_t x_bytes = (size_t)T * s->D * 2, out_bytes = (size_t)T * s->D * 4;
+    cudaStream_t st = s->routed;
+    cudaEvent_t *ev = s->timing; /* three of the stage events, free between calls */
+    CUDA_TRY(cudaEventRecord(ev[0], st));
+    CUDA_TRY(cudaMemcpyAsync(s->x, s->x_host, x_bytes, cudaMemcpyHostToDevice, st));
+    CUDA_TRY(cudaEventRecord(ev[1], st));
+    CUDA_TRY(cudaMemcpyAsync(s->out_host, s->out, out_bytes, cudaMemcpyDeviceToHost, st));
+    CUDA_TRY(cudaEventRecord(ev[2], st));
+    CUDA_TRY(cudaEventSynchronize(ev[2]));
+    CUDA_TRY(cudaEventElapsedTime(&ms[0], ev[0], ev[1]));
+    CUDA_TRY(cudaEventElapsedTime(&ms[1], ev[1], ev[2]));
+    return MOE_OK;
 }
 
 extern "C" moe_status moe_cuda_drop_graphs(void *state, moe_error *err) {

@@ -1,0 +1,43 @@
+/*
+ * host_copy.h: one large copy in host memory, split over a few OpenMP threads.
+ *
+ * Why: one core's memcpy moves a few GB/s on a server, under what the bus moves from pinned
+ * memory. The CUDA path's host call stages x and out through pinned buffers
+ * (opt/cuda/cuda_backend.cu), and at T = 4096 on Inkling-Small (33.5 MB in, 67 MB out) one
+ * thread's copies were most of the call (docs/perf-cuda.md).
+ *
+ * Rules:
+ *   - the result is memcpy's (dst and src must not overlap), whatever the thread count;
+ *   - below MOE_COPY_SPLIT_MIN bytes, or threads <= 1, or inside a parallel region, the calling
+ *     thread copies alone: waking a team costs more than it saves on a small copy;
+ *   - the copy is cut into contiguous pieces, about four a thread and at least 128 kB, each
+ *     but the last a multiple of 4096 bytes, taken by the threads as they come free; on x86-64
+ *     a piece is written with non-temporal stores (host_copy.c says why) and fenced before the
+ *     team's closing barrier, so whoever reads after the call (a DMA included) sees it;
+ *   - OpenMP's team stays asleep between calls (libgomp), so a call pays no thread creation.
+ */
+#ifndef INKLING_HOST_COPY_H
+#define INKLING_HOST_COPY_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MOE_COPY_SPLIT_MIN ((size_t)1 << 20) /* bytes: below this one thread copies */
+#define MOE_COPY_MAX_THREADS 16 /* threads of a large copy at most; OMP_NUM_THREADS lowers it.
+                                   On a 16-core H200 host the host call at T = 4096 took
+                                   7.30 ms with 16 threads, 7.36-7.41 with 8 (device-notes) */
+
+/* The threads a large copy uses here: min(MOE_COPY_MAX_THREADS, OpenMP's thread count). */
+int moe_copy_threads(void);
+
+/* memcpy(dst, src, bytes) over at most `threads` threads (rules above). */
+void moe_copy_parallel(void *dst, const void *src, size_t bytes, int threads);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* INKLING_HOST_COPY_H */
