@@ -36,8 +36,8 @@ void lab_stages(const moe_config *c, int T, int distinct, lab_stage out[LAB_STAG
         [LAB_HOST] = {"forward call", layer_bytes + t * D * 6, layer_flops},
         [LAB_DEVICE_CALL] = {"device-pointer call", layer_bytes, layer_flops},
         [LAB_SERVING_DEVICE] = {"serving graph", layer_bytes, layer_flops},
-        [LAB_PINNED_UPLOAD] = {"upload x, pinned DMA", t * D * 2, 0},
-        [LAB_PINNED_DOWNLOAD] = {"download out, pinned DMA", t * D * 4, 0},
+        [LAB_PINNED_UPLOAD] = {"upload x (pinned DMA)", t * D * 2, 0},
+        [LAB_PINNED_DOWNLOAD] = {"download out (pinned DMA)", t * D * 4, 0},
     };
     for (int s = 0; s < LAB_STAGE_COUNT; s++) out[s] = rows[s];
 }

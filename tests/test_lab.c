@@ -183,7 +183,10 @@ static void test_stage_table(void **state) {
     /* at T = 4096 the layer is bound by the bf16 rate (contract.md [floors]: above ~1,600) */
     lab_stages(&c, 4096, 256, s);
     assert_true(s[LAB_DEVICE].flops / LAB_BF16_RATE > s[LAB_DEVICE].bytes / LAB_COPY_BW);
-    for (int i = 0; i < LAB_STAGE_COUNT; i++) assert_non_null(s[i].name);
+    for (int i = 0; i < LAB_STAGE_COUNT; i++) {
+        assert_non_null(s[i].name);
+        if (strchr(s[i].name, ',')) fail_msg("stage \"%s\" would break the CSV's columns", s[i].name);
+    }
     assert_true(lab_focus_has(LAB_FOCUS_EXPERTS, LAB_GEMM1) && lab_focus_has(LAB_FOCUS_EXPERTS, LAB_GEMM2));
     assert_false(lab_focus_has(LAB_FOCUS_EXPERTS, LAB_GATE));
     assert_true(lab_focus_has(LAB_FOCUS_EXPERTS, LAB_DEVICE) && lab_focus_has(LAB_FOCUS_GATE, LAB_HOST));
@@ -463,7 +466,7 @@ static void test_whole_run_on_host_timer(void **state) {
                 gate_rows++;
                 assert_non_null(strstr(line, ",2000.000,")); /* stage 1: 2 ms */
             }
-            if (strstr(line, ",download out, pinned DMA,")) {
+            if (strstr(line, ",download out (pinned DMA),")) {
                 dma_rows++;
                 assert_non_null(strstr(line, ",17000.000,"));
             }
