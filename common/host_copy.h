@@ -26,9 +26,11 @@ extern "C" {
 #endif
 
 #define MOE_COPY_SPLIT_MIN ((size_t)1 << 20) /* bytes: below this one thread copies */
-#define MOE_COPY_MAX_THREADS 16 /* threads of a large copy at most; OMP_NUM_THREADS lowers it.
-                                   On a 16-core H200 host the host call at T = 4096 took
-                                   7.30 ms with 16 threads, 7.36-7.41 with 8 (device-notes) */
+#define MOE_COPY_MAX_THREADS 8 /* threads of a large copy at most; OMP_NUM_THREADS lowers it.
+                                  On a 16-core H200 host the host call at T = 4096 took 7.36-7.41
+                                  ms with 8 threads, 7.30 with 16 (device-notes): half the cores
+                                  give nearly all of it, and the rest stay free for the caller's
+                                  threads and the CUDA driver's while the team spins down */
 
 /* The threads a large copy uses here: min(MOE_COPY_MAX_THREADS, OpenMP's thread count). */
 int moe_copy_threads(void);
