@@ -32,6 +32,8 @@
  *     through the same stages as the activations;
  *   - KS > 1 (a few tokens): block ks of a tile takes chunks [ks n/KS, (ks+1) n/KS) and the
  *     last block to finish adds the KS slices' sums in slice order;
+ *   - wgmma's n is the tile's real rows rounded up to 16 (wg_mma_cols), not BN: 3 % off the
+ *     GEMMs at T = 512 and 4096, where tiles hold 12 of 32 and 96 of 128 rows on average;
  *   - GEMM1's warp rows g and g + 8 are the gate and up rows of one intermediate channel, so
  *     SwiGLU is cuda_experts.cu's epilogue in registers; GEMM2 writes y in fp32;
  *   - GEMM2 is GEMM1's programmatic dependent launch and waits, tile by tile, for the count of
@@ -39,7 +41,7 @@
  *     that GEMM1's last wave leaves idle.
  *
  * Measured on an H200, Inkling-Small (docs/perf-cuda.md): GEMM1 + GEMM2 at 2.3 TB/s at T = 8,
- * 2.9 TB/s at T = 64, 2.3-2.4 TB/s at T = 512 and 267-299 TFLOP/s at T = 4096. The profiles put
+ * 2.9 TB/s at T = 64, 2.4 TB/s at T = 512 and 290-324 TFLOP/s at T = 4096. The profiles put
  * the small tiles' limit in the integer pipe (the decode's masks and shifts; the layout moves
  * four shifts a word to the multiply pipe) and the issue slots; the 128-row tiles' in the block
  * barrier and fixed-latency waits (docs/device-notes.md).
@@ -194,30 +196,87 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr) {
     return (uint64_t)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
 
-/* d (64 x N fp32, wgmma's accumulator fragment) += a (64 x 16 bf16, registers) * b (16 x N
- * bf16, shared memory, K-major). Operand lists written out per N. */
-template <int N> __device__ __forceinline__ void wgmma_bf16(float (&d)[N / 2], const uint32_t (&a)[4],
-                                                            uint64_t b_desc);
-template <> __device__ __forceinline__ void wgmma_bf16<16>(float (&d)[8], const uint32_t (&a)[4], uint64_t b_desc) {
+/* d[0 .. N/2 - 1] (64 x N fp32, wgmma's accumulator fragment: d[4j + e] row g, column 8j + 2t
+ * + e, d[4j + 2 + e] row g + 8, so a narrower N's fragment is a prefix of a wider one's) += a
+ * (64 x 16 bf16, registers) * b (16 x N bf16, shared memory, K-major). Operand lists written
+ * out per N. */
+#define WG_ACC8(i)                                                                                 \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),   \
+        "+f"(d[i + 6]), "+f"(d[i + 7])
+template <int N> __device__ __forceinline__ void wgmma_bf16(float *d, const uint32_t (&a)[4], uint64_t b_desc);
+template <> __device__ __forceinline__ void wgmma_bf16<16>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
                  "{"
                  "%0,%1,%2,%3,%4,%5,%6,%7"
                  "}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                 : WG_ACC8(0)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
 }
-template <> __device__ __forceinline__ void wgmma_bf16<32>(float (&d)[16], const uint32_t (&a)[4], uint64_t b_desc) {
+template <> __device__ __forceinline__ void wgmma_bf16<32>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
                  "{"
                  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
                  "}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : WG_ACC8(0), WG_ACC8(8)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
 }
-template <> __device__ __forceinline__ void wgmma_bf16<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t b_desc) {
+template <> __device__ __forceinline__ void wgmma_bf16<48>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
+                 "{"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23"
+                 "}, {%24,%25,%26,%27}, %28, p, 1, 1, 0;\n}\n"
+                 : WG_ACC8(0), WG_ACC8(8), WG_ACC8(16)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_bf16<64>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+                 : WG_ACC8(0), WG_ACC8(8), WG_ACC8(16), WG_ACC8(24)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_bf16<80>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 "
+                 "{"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39"
+                 "}, {%40,%41,%42,%43}, %44, p, 1, 1, 0;\n}\n"
+                 : WG_ACC8(0), WG_ACC8(8), WG_ACC8(16), WG_ACC8(24), WG_ACC8(32)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_bf16<96>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 "
+                 "{"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47"
+                 "}, {%48,%49,%50,%51}, %52, p, 1, 1, 0;\n}\n"
+                 : WG_ACC8(0), WG_ACC8(8), WG_ACC8(16), WG_ACC8(24), WG_ACC8(32), WG_ACC8(40)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_bf16<112>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 "
+                 "{"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55"
+                 "}, {%56,%57,%58,%59}, %60, p, 1, 1, 0;\n}\n"
+                 : WG_ACC8(0), WG_ACC8(8), WG_ACC8(16), WG_ACC8(24), WG_ACC8(32), WG_ACC8(40), WG_ACC8(48)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_bf16<128>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
                  "{"
@@ -226,15 +285,41 @@ template <> __device__ __forceinline__ void wgmma_bf16<128>(float (&d)[64], cons
                  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
                  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
                  "}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : WG_ACC8(0), WG_ACC8(8), WG_ACC8(16), WG_ACC8(24), WG_ACC8(32), WG_ACC8(40), WG_ACC8(48), WG_ACC8(56)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+
+/* The columns wgmma multiplies for a tile of BN columns of which `rows` are real: the narrowest
+ * n in steps of 16 that holds them, so the tensor cores and shared-memory reads skip padding. */
+template <int BN> __device__ __forceinline__ int wg_mma_cols(int rows) {
+    return BN <= 16 ? BN : min(BN, max(16, (rows + 15) / 16 * 16));
+}
+/* acc (BN / 2, wgmma_bf16's fragment) += one chunk: the four k16 steps a[s] by the activations at
+ * b_desc + 32 s bytes, on the first n columns (wg_mma_cols). One branch a chunk, the same in
+ * every thread of the block; the columns past n keep their zeros and are never stored. */
+template <int N> __device__ __forceinline__ void wgmma_steps(float *acc, const uint32_t (&a)[4][4], uint64_t b_desc) {
+#pragma unroll
+    for (int s = 0; s < 4; s++) wgmma_bf16<N>(acc, a[s], b_desc + 2 * s); /* + 32 bytes a step */
+}
+template <int BN>
+__device__ __forceinline__ void wgmma_chunk(float (&acc)[BN / 2], const uint32_t (&a)[4][4], uint64_t b_desc, int n) {
+    if constexpr (BN == 128) {
+        switch (n) {
+        case 16: wgmma_steps<16>(acc, a, b_desc); break;
+        case 32: wgmma_steps<32>(acc, a, b_desc); break;
+        case 48: wgmma_steps<48>(acc, a, b_desc); break;
+        case 64: wgmma_steps<64>(acc, a, b_desc); break;
+        case 80: wgmma_steps<80>(acc, a, b_desc); break;
+        case 96: wgmma_steps<96>(acc, a, b_desc); break;
+        case 112: wgmma_steps<112>(acc, a, b_desc); break;
+        default: wgmma_steps<128>(acc, a, b_desc); break;
+        }
+    } else if constexpr (BN == 32) {
+        if (n == 16) wgmma_steps<16>(acc, a, b_desc);
+        else wgmma_steps<32>(acc, a, b_desc);
+    } else {
+        wgmma_steps<BN>(acc, a, b_desc);
+    }
 }
 
 /* ---------------------------------------------------------------- the kernel */
@@ -503,6 +588,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     /* the expert has a scale above the one-product limit: every warp decodes with two */
     const bool two = two_products[tile.expert] != 0;
     const int rows = tile_rows(tile, p.counts, p.perm, p.T, BN, row_src);
+    const int n_cols = wg_mma_cols<BN>(rows);
     if (threadIdx.x == 0)
         count_at = STAGE == 1 && chain.count_in ? &chain.count_in[tile_i].gemm1_done : NULL;
     __syncthreads();
@@ -594,9 +680,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
     auto mma_chunk = [&](uint32_t slot, int j, uint32_t (&a)[4][4]) {
         wgmma_fence();
-        const uint64_t desc = smem_desc_sw128(base + slot + (uint32_t)(j * B_BYTES));
-#pragma unroll
-        for (int s = 0; s < 4; s++) wgmma_bf16<BN>(acc, a[s], desc + 2 * s); /* + 32 bytes a step */
+        wgmma_chunk<BN>(acc, a, smem_desc_sw128(base + slot + (uint32_t)(j * B_BYTES)), n_cols);
         wgmma_commit();
     };
 
@@ -850,13 +934,15 @@ inline wg_chain chain_gemm2(const moe_cuda_experts *ex) {
  * 32 chunks ahead, L1 prefetches and loading a chunk earlier were no faster); for 128 rows two
  * row tiles a block (the activation tile read from L2 once per 256 weight rows) with the
  * register pipeline and stages of two chunks (4992 and 5018 against 5170 and 5175 us for the
- * layer at T = 4096). The split reduction gives a few tokens' few tiles enough blocks to keep
+ * layer at T = 4096), three stages of them (4554.1 and 4552.8 against 4591.7 and 4584.8 us
+ * with four; one row tile a block at two blocks a multiprocessor, four or five stages of one
+ * chunk, 4703-4718). The split reduction gives a few tokens' few tiles enough blocks to keep
  * every multiprocessor streaming (GEMM2 split too: 23.3 against 25.0 us at T = 1; splitting up
  * to T = 8 was slower there). */
 #define WG_SMALL_CONFIG 3, 1, false, 1, 4, true /* stages, RT, PIPE, KS, CPS, DIRECT */
 WGMMA_LAUNCHERS(16, 16, WG_SMALL_CONFIG)
 WGMMA_LAUNCHERS(32, 32, WG_SMALL_CONFIG)
-WGMMA_LAUNCHERS(128, 128, 4, 2, true, 1, 2, false)
+WGMMA_LAUNCHERS(128, 128, 3, 2, true, 1, 2, false)
 #define WG_SPLIT_CONFIG 3, 1, false, MOE_CUDA_WG_SPLIT, 4, true
 moe_status moe_cuda_expert_wg1_16_split(cudaStream_t stream, const moe_cuda_experts *ex, int T,
                                         int K, const uint16_t *x, const int32_t *counts,
