@@ -198,96 +198,48 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr) {
 
 /* d[0 .. N/2 - 1] (64 x N fp32, wgmma's accumulator fragment: d[4j + e] row g, column 8j + 2t
  * + e, d[4j + 2 + e] row g + 8, so a narrower N's fragment is a prefix of a wider one's) += a
- * (64 x 16 bf16, registers) * b (16 x N bf16, shared memory, K-major). Operand lists written
- * out per N. */
+ * (64 x 16 bf16, registers) * b (16 x N bf16, shared memory, K-major). */
+template <int N> __device__ __forceinline__ void wgmma_bf16(float *d, const uint32_t (&a)[4], uint64_t b_desc);
+
+/* One specialisation per N: the accumulators are operands %0 .. %(N/2 - 1) (D_REGS, eight at a
+ * time below), then a's four registers, the descriptor and the scale-d flag (TAIL: their
+ * operand numbers), then the accumulators' constraints. */
+#define WG_DEFINE_WGMMA(N, D_REGS, A_REGS, DESC, FLAG, ...)                                      \
+    template <>                                                                                   \
+    __device__ __forceinline__ void wgmma_bf16<N>(float *d, const uint32_t (&a)[4], uint64_t b_desc) { \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " FLAG ", 0;\n"                            \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 "                  \
+                     "{" D_REGS "}, {" A_REGS "}, " DESC ", p, 1, 1, 0;\n}\n"                     \
+                     : __VA_ARGS__                                                                \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));          \
+    }
 #define WG_ACC8(i)                                                                                 \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),   \
         "+f"(d[i + 6]), "+f"(d[i + 7])
-template <int N> __device__ __forceinline__ void wgmma_bf16(float *d, const uint32_t (&a)[4], uint64_t b_desc);
-template <> __device__ __forceinline__ void wgmma_bf16<16>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-                 "{"
-                 "%0,%1,%2,%3,%4,%5,%6,%7"
-                 "}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
-                 : WG_ACC8(0)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
-}
-template <> __device__ __forceinline__ void wgmma_bf16<32>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-                 "{"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
-                 "}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
-                 : WG_ACC8(0), WG_ACC8(8)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
-}
-template <> __device__ __forceinline__ void wgmma_bf16<48>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
-                 "{"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23"
-                 "}, {%24,%25,%26,%27}, %28, p, 1, 1, 0;\n}\n"
-                 : WG_ACC8(0), WG_ACC8(8), WG_ACC8(16)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
-}
-template <> __device__ __forceinline__ void wgmma_bf16<64>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-                 "}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-                 : WG_ACC8(0), WG_ACC8(8), WG_ACC8(16), WG_ACC8(24)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
-}
-template <> __device__ __forceinline__ void wgmma_bf16<80>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 "
-                 "{"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39"
-                 "}, {%40,%41,%42,%43}, %44, p, 1, 1, 0;\n}\n"
-                 : WG_ACC8(0), WG_ACC8(8), WG_ACC8(16), WG_ACC8(24), WG_ACC8(32)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
-}
-template <> __device__ __forceinline__ void wgmma_bf16<96>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 "
-                 "{"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47"
-                 "}, {%48,%49,%50,%51}, %52, p, 1, 1, 0;\n}\n"
-                 : WG_ACC8(0), WG_ACC8(8), WG_ACC8(16), WG_ACC8(24), WG_ACC8(32), WG_ACC8(40)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
-}
-template <> __device__ __forceinline__ void wgmma_bf16<112>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 "
-                 "{"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-                 "%48,%49,%50,%51,%52,%53,%54,%55"
-                 "}, {%56,%57,%58,%59}, %60, p, 1, 1, 0;\n}\n"
-                 : WG_ACC8(0), WG_ACC8(8), WG_ACC8(16), WG_ACC8(24), WG_ACC8(32), WG_ACC8(40), WG_ACC8(48)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
-}
-template <> __device__ __forceinline__ void wgmma_bf16<128>(float *d, const uint32_t (&a)[4], uint64_t b_desc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-                 "}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
-                 : WG_ACC8(0), WG_ACC8(8), WG_ACC8(16), WG_ACC8(24), WG_ACC8(32), WG_ACC8(40), WG_ACC8(48), WG_ACC8(56)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
-}
+#define WG_D8 "%0,%1,%2,%3,%4,%5,%6,%7"
+#define WG_D16 WG_D8 ",%8,%9,%10,%11,%12,%13,%14,%15"
+#define WG_D24 WG_D16 ",%16,%17,%18,%19,%20,%21,%22,%23"
+#define WG_D32 WG_D24 ",%24,%25,%26,%27,%28,%29,%30,%31"
+#define WG_D40 WG_D32 ",%32,%33,%34,%35,%36,%37,%38,%39"
+#define WG_D48 WG_D40 ",%40,%41,%42,%43,%44,%45,%46,%47"
+#define WG_D56 WG_D48 ",%48,%49,%50,%51,%52,%53,%54,%55"
+#define WG_D64 WG_D56 ",%56,%57,%58,%59,%60,%61,%62,%63"
+#define WG_A16 WG_ACC8(0)
+#define WG_A32 WG_A16, WG_ACC8(8)
+#define WG_A48 WG_A32, WG_ACC8(16)
+#define WG_A64 WG_A48, WG_ACC8(24)
+#define WG_A80 WG_A64, WG_ACC8(32)
+#define WG_A96 WG_A80, WG_ACC8(40)
+#define WG_A112 WG_A96, WG_ACC8(48)
+#define WG_A128 WG_A112, WG_ACC8(56)
+WG_DEFINE_WGMMA(16, WG_D8, "%8,%9,%10,%11", "%12", "%13", WG_A16)
+WG_DEFINE_WGMMA(32, WG_D16, "%16,%17,%18,%19", "%20", "%21", WG_A32)
+WG_DEFINE_WGMMA(48, WG_D24, "%24,%25,%26,%27", "%28", "%29", WG_A48)
+WG_DEFINE_WGMMA(64, WG_D32, "%32,%33,%34,%35", "%36", "%37", WG_A64)
+WG_DEFINE_WGMMA(80, WG_D40, "%40,%41,%42,%43", "%44", "%45", WG_A80)
+WG_DEFINE_WGMMA(96, WG_D48, "%48,%49,%50,%51", "%52", "%53", WG_A96)
+WG_DEFINE_WGMMA(112, WG_D56, "%56,%57,%58,%59", "%60", "%61", WG_A112)
+WG_DEFINE_WGMMA(128, WG_D64, "%64,%65,%66,%67", "%68", "%69", WG_A128)
 
 /* The columns wgmma multiplies for a tile of BN columns of which `rows` are real: the narrowest
  * n in steps of 16 that holds them, so the tensor cores and shared-memory reads skip padding. */
