@@ -201,9 +201,9 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr) {
  * (64 x 16 bf16, registers) * b (16 x N bf16, shared memory, K-major). */
 template <int N> __device__ __forceinline__ void wgmma_bf16(float *d, const uint32_t (&a)[4], uint64_t b_desc);
 
-/* One specialisation per N: the accumulators are operands %0 .. %(N/2 - 1) (D_REGS, eight at a
- * time below), then a's four registers, the descriptor and the scale-d flag (TAIL: their
- * operand numbers), then the accumulators' constraints. */
+/* One specialisation per N: the accumulators are operands %0 .. %(N/2 - 1) (D_REGS, built eight
+ * at a time below), then come a's four registers, the descriptor and the scale-d flag (A_REGS,
+ * DESC, FLAG: their operand numbers); the rest are the accumulators' constraints. */
 #define WG_DEFINE_WGMMA(N, D_REGS, A_REGS, DESC, FLAG, ...)                                      \
     template <>                                                                                   \
     __device__ __forceinline__ void wgmma_bf16<N>(float *d, const uint32_t (&a)[4], uint64_t b_desc) { \
