@@ -248,7 +248,10 @@ template <int BN> __device__ __forceinline__ int wg_mma_cols(int rows) {
 }
 /* acc (BN / 2, wgmma_bf16's fragment) += one chunk: the four k16 steps a[s] by the activations at
  * b_desc + 32 s bytes, on the first n columns (wg_mma_cols). One branch a chunk, the same in
- * every thread of the block; the columns past n keep their zeros and are never stored. */
+ * every thread of the block; the columns past n keep their zeros and are never stored. ptxas
+ * closes each branch's wgmma group itself, so the caller's commit adds an empty group and a
+ * wait for "all but one" group waits for this chunk too; committing inside the branches was
+ * measured no faster (docs/perf-cuda.md, sixth run). */
 template <int N> __device__ __forceinline__ void wgmma_steps(float *acc, const uint32_t (&a)[4][4], uint64_t b_desc) {
 #pragma unroll
     for (int s = 0; s < 4; s++) wgmma_bf16<N>(acc, a[s], b_desc + 2 * s); /* + 32 bytes a step */
@@ -499,8 +502,9 @@ __device__ __forceinline__ bool store_tile(const stream_args &p, wg_split split,
  *       one chunk ahead, from L2, which one thread asks for WG_L2_AHEAD chunks ahead; products
  *       wait before the next chunk is decoded;
  *   PIPE: the block copies the codes and scale words into the stage with the activations, and
- *       the next chunk's weights are decoded while the tensor cores still run this one's (two
- *       register sets, wgmma.wait_group 1). */
+ *       decodes them into two register sets in turn, waiting for all groups but one after each
+ *       chunk (since the n switch, which adds an empty group, that wait covers the chunk just
+ *       issued too: wgmma_chunk). */
 template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS, bool DIRECT>
 __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_args p, wg_split split,
                                                                     const uint8_t *two_products,
