@@ -33,7 +33,9 @@
  *   - KS > 1 (a few tokens): block ks of a tile takes chunks [ks n/KS, (ks+1) n/KS) and the
  *     last block to finish adds the KS slices' sums in slice order;
  *   - wgmma's n is the tile's real rows rounded up to 16 (wg_mma_cols), not BN: 3 % off the
- *     GEMMs at T = 512 and 4096, where tiles hold 12 of 32 and 96 of 128 rows on average;
+ *     GEMMs at T = 512 and 4096, where tiles hold 12 of 32 and 96 of 128 rows on average. The
+ *     128-row tiles' chunk loop is compiled once per n (with_mma_cols), so that a chunk's
+ *     products stay in flight while the next chunk is decoded (12 % off GEMM1 at T = 4096);
  *   - GEMM1's warp rows g and g + 8 are the gate and up rows of one intermediate channel, so
  *     SwiGLU is cuda_experts.cu's epilogue in registers; GEMM2 writes y in fp32;
  *   - GEMM2 is GEMM1's programmatic dependent launch and waits, tile by tile, for the count of
@@ -41,10 +43,11 @@
  *     that GEMM1's last wave leaves idle.
  *
  * Measured on an H200, Inkling-Small (docs/perf-cuda.md): GEMM1 + GEMM2 at 2.3 TB/s at T = 8,
- * 2.9 TB/s at T = 64, 2.4 TB/s at T = 512 and 290-324 TFLOP/s at T = 4096. The profiles put
+ * 2.9 TB/s at T = 64, 2.4 TB/s at T = 512 and 323-372 TFLOP/s at T = 4096. The profiles put
  * the small tiles' limit in the integer pipe (the decode's masks and shifts; the layout moves
  * four shifts a word to the multiply pipe) and the issue slots; the 128-row tiles' in the block
- * barrier and fixed-latency waits (docs/device-notes.md).
+ * barrier and fixed-latency waits (docs/device-notes.md). A warp-specialised 128-row kernel (a
+ * producer warpgroup and an mbarrier ring) was 19-33 % slower (docs/perf-cuda.md, seventh run).
  */
 #include "cuda_device.cuh"
 #include "cuda_wgmma_layout.h"
@@ -246,35 +249,45 @@ WG_DEFINE_WGMMA(128, WG_D64, "%64,%65,%66,%67", "%68", "%69", WG_A128)
 template <int BN> __device__ __forceinline__ int wg_mma_cols(int rows) {
     return BN <= 16 ? BN : min(BN, max(16, (rows + 15) / 16 * 16));
 }
-/* acc (BN / 2, wgmma_bf16's fragment) += one chunk: the four k16 steps a[s] by the activations at
- * b_desc + 32 s bytes, on the first n columns (wg_mma_cols). One branch a chunk, the same in
- * every thread of the block; the columns past n keep their zeros and are never stored. ptxas
- * closes each branch's wgmma group itself, so the caller's commit adds an empty group and a
- * wait for "all but one" group waits for this chunk too; committing inside the branches was
- * measured no faster (docs/perf-cuda.md, sixth run). */
+/* acc (wgmma_bf16's fragment) += one chunk on the first N columns: the four k16 steps a[s] by
+ * the activations at b_desc + 32 s bytes. The columns past N keep their zeros and are never
+ * stored. */
 template <int N> __device__ __forceinline__ void wgmma_steps(float *acc, const uint32_t (&a)[4][4], uint64_t b_desc) {
 #pragma unroll
     for (int s = 0; s < 4; s++) wgmma_bf16<N>(acc, a[s], b_desc + 2 * s); /* + 32 bytes a step */
 }
-template <int BN>
-__device__ __forceinline__ void wgmma_chunk(float (&acc)[BN / 2], const uint32_t (&a)[4][4], uint64_t b_desc, int n) {
+/* f(wg_n<N>{}) for N = n, a tile of BN columns' wg_mma_cols, as a compile-time value: one
+ * branch, the same in every thread of the block. */
+template <int N> struct wg_n {
+    static constexpr int value = N;
+};
+template <int BN, typename F> __device__ __forceinline__ void with_mma_cols(int n, F &&f) {
     if constexpr (BN == 128) {
         switch (n) {
-        case 16: wgmma_steps<16>(acc, a, b_desc); break;
-        case 32: wgmma_steps<32>(acc, a, b_desc); break;
-        case 48: wgmma_steps<48>(acc, a, b_desc); break;
-        case 64: wgmma_steps<64>(acc, a, b_desc); break;
-        case 80: wgmma_steps<80>(acc, a, b_desc); break;
-        case 96: wgmma_steps<96>(acc, a, b_desc); break;
-        case 112: wgmma_steps<112>(acc, a, b_desc); break;
-        default: wgmma_steps<128>(acc, a, b_desc); break;
+        case 16: f(wg_n<16>{}); break;
+        case 32: f(wg_n<32>{}); break;
+        case 48: f(wg_n<48>{}); break;
+        case 64: f(wg_n<64>{}); break;
+        case 80: f(wg_n<80>{}); break;
+        case 96: f(wg_n<96>{}); break;
+        case 112: f(wg_n<112>{}); break;
+        default: f(wg_n<128>{}); break;
         }
     } else if constexpr (BN == 32) {
-        if (n == 16) wgmma_steps<16>(acc, a, b_desc);
-        else wgmma_steps<32>(acc, a, b_desc);
+        if (n == 16) f(wg_n<16>{});
+        else f(wg_n<32>{});
     } else {
-        wgmma_steps<BN>(acc, a, b_desc);
+        f(wg_n<BN>{});
     }
+}
+/* wgmma_steps on n columns, chosen a chunk at a time (the 16- and 32-row tiles, which wait for
+ * each chunk's products before the next). ptxas closes each branch's wgmma group itself, so the
+ * caller's commit adds an empty group: a wait for "all but one" group would wait for this chunk
+ * too. The 128-row tiles, which keep a chunk's products in flight, choose n once a tile
+ * instead (expert_wgmma_kernel). */
+template <int BN>
+__device__ __forceinline__ void wgmma_chunk(float (&acc)[BN / 2], const uint32_t (&a)[4][4], uint64_t b_desc, int n) {
+    with_mma_cols<BN>(n, [&](auto cols) { wgmma_steps<decltype(cols)::value>(acc, a, b_desc); });
 }
 
 /* ---------------------------------------------------------------- the kernel */
@@ -503,8 +516,8 @@ __device__ __forceinline__ bool store_tile(const stream_args &p, wg_split split,
  *       wait before the next chunk is decoded;
  *   PIPE: the block copies the codes and scale words into the stage with the activations, and
  *       decodes them into two register sets in turn, waiting for all groups but one after each
- *       chunk (since the n switch, which adds an empty group, that wait covers the chunk just
- *       issued too: wgmma_chunk). */
+ *       chunk, so that a chunk's products run beside the next chunk's decode (the loop is
+ *       compiled once per n: an n chosen a chunk at a time adds an empty group, wgmma_chunk). */
 template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS, bool DIRECT>
 __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_args p, wg_split split,
                                                                     const uint8_t *two_products,
@@ -747,30 +760,41 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
         }
     } else {
         /* chunks i and i + 1 in register sets a0 and a1; with CPS = 1 each opens a stage, with
-         * CPS = 2 they are one stage */
-        uint32_t a0[4][4], a1[4][4];
-        for (int i = 0; i < n_chunks; i += 2) {
-            begin_stage(i / CPS);
-            stage_scales(kc_begin + i, slot, sw);
-            decode_chunk(slot, 0, sw[0], two, a0);
-            mma_chunk(slot, 0, a0);
-            wgmma_wait_one();
-            keep_regs(a1);
-            if (i + 1 >= n_chunks) break;
-            if (CPS == 1) {
+         * CPS = 2 they are one stage. The loop is compiled once per n (with_mma_cols), so that a
+         * chunk is exactly one wgmma group and "all but one" lets its products run beside the
+         * next chunk's decode: 12 % off GEMM1 at T = 4096 against choosing n a chunk at a time
+         * (docs/perf-cuda.md, seventh run) */
+        with_mma_cols<BN>(n_cols, [&](auto cols) {
+            constexpr int N = decltype(cols)::value;
+            auto mma = [&](uint32_t sl, int j, uint32_t (&a)[4][4]) {
+                wgmma_fence();
+                wgmma_steps<N>(acc, a, smem_desc_sw128(base + sl + (uint32_t)(j * B_BYTES)));
+                wgmma_commit();
+            };
+            uint32_t a0[4][4], a1[4][4];
+            for (int i = 0; i < n_chunks; i += 2) {
+                begin_stage(i / CPS);
+                stage_scales(kc_begin + i, slot, sw);
+                decode_chunk(slot, 0, sw[0], two, a0);
+                mma(slot, 0, a0);
+                wgmma_wait_one();
+                keep_regs(a1);
+                if (i + 1 >= n_chunks) break;
+                if (CPS == 1) {
+                    slot = next_slot(slot);
+                    begin_stage(i + 1);
+                    stage_scales(kc_begin + i + 1, slot, sw);
+                }
+                decode_chunk(slot, CPS - 1, sw[CPS - 1], two, a1);
+                mma(slot, CPS - 1, a1);
+                wgmma_wait_one();
+                keep_regs(a0);
                 slot = next_slot(slot);
-                begin_stage(i + 1);
-                stage_scales(kc_begin + i + 1, slot, sw);
             }
-            decode_chunk(slot, CPS - 1, sw[CPS - 1], two, a1);
-            mma_chunk(slot, CPS - 1, a1);
-            wgmma_wait_one();
+            wgmma_wait_all();
             keep_regs(a0);
-            slot = next_slot(slot);
-        }
-        wgmma_wait_all();
-        keep_regs(a0);
-        keep_regs(a1);
+            keep_regs(a1);
+        });
     }
     cp_async_wait<0>();
 
