@@ -87,6 +87,7 @@ LIB_CSRC := $(COMMON_SRC) $(REF_SRC) $(HARNESS_SRC) $(BLAS_SRC) $(CUDA_CSRC)
 LIB_OBJ  := $(LIB_CSRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 LIB      := $(BUILD)/lib/libinkling.a
 TOOL     := $(BUILD)/bin/inkling-moe
+OVERLAP_PROBE := $(BUILD)/bin/cuda-overlap-probe
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
@@ -94,7 +95,7 @@ TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 .PHONY: all deps deps-python test test-now check-ptxas-guard asan coverage fuzz fuzz-now fuzz-selftest fuzz-parse golden \
         golden-check bench-cpu config clean help examples install fuzz-external
 
-all: config $(LIB) $(TOOL) $(TESTS) examples
+all: config $(LIB) $(TOOL) $(TESTS) examples $(if $(CUDA_SRC),$(OVERLAP_PROBE))
 
 deps:
 	@sh ./install-deps.sh
@@ -263,6 +264,12 @@ $(BUILD)/obj/%.cu.o: %.cu
 $(TOOL): harness/main.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+# A probe of how the GPU places a second stream's kernel beside a running one
+# (opt/cuda/check/overlap_probe.cu; docs/perf-cuda.md, eighth run); runs only on a GPU host.
+$(OVERLAP_PROBE): opt/cuda/check/overlap_probe.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) $< -o $@
 
 # The CUDA path built with nvcc (warnings as errors) into the tool, whose `lab` command is the
 # kernel lab: every CUDA variant at a real shape on a GPU, checked and timed per stage
