@@ -9,7 +9,7 @@
  *     near-ties;
  *   - random configurations cover MXFP4 and bf16 experts (bf16 with D, I not multiples of 8),
  *     S = 0..3, K up to R, TP and EP splits with expert padding, pad_inter_to, T = 0, 1, 33 and
- *     rows holding NaN or inf;
+ *     rows holding NaN or inf; T = 2..8 on the small sink kernels;
  *   - expected values of the routing entry come from the reference selector on the same
  *     logits, including planted exact ties;
  *   - the device-pointer entry (opt/cuda/cuda_layer.h) must give what moe_layer_forward gives,
@@ -308,6 +308,26 @@ static void test_token_counts_vary(void **state) {
     moe_layer_destroy(layer);
     moe_shard_free(&sh);
     moe_layer_data_free(&ld);
+}
+
+/* T = 2..8, where the path `cuda` runs the sinks' GEMMs on the small kernels, GEMM1 beside the
+ * front end (MOE_CUDA_SINKS_BESIDE_MIN_T .. MOE_CUDA_SINKS_SMALL_MAX_T): one, two and three sinks,
+ * a tensor-parallel rank's sinks, rows holding NaN, and a sink width that is not a multiple of 8
+ * (the small kernels do not fit; cuBLASLt's sinks run instead). */
+static void test_small_sinks_beside_front_end(void **state) {
+    (void)state;
+    skip_without_gpu();
+    const moe_config cases[] = {
+        {128, 64, 16, 4, 2, 8.0f, true, true, MOE_ROUTED_MXFP4},
+        {64, 96, 12, 3, 3, 8.0f, true, false, MOE_ROUTED_MXFP4},
+        {40, 12, 8, 2, 1, 8.0f, false, true, MOE_ROUTED_BF16},
+    };
+    for (int T = 2; T <= 8; T++)
+        for (int i = 0; i < 3; i++) {
+            const bool tp = i == 1;
+            check_case(&cases[i], 300u + 10u * (uint64_t)T + (uint64_t)i, T,
+                       tp ? MOE_SPLIT_TP : MOE_SPLIT_NONE, tp ? 3 : 1, 0, T > 5);
+        }
 }
 
 #ifdef MOE_HAVE_CUDA
@@ -747,6 +767,7 @@ int main(void) {
         cmocka_unit_test(test_route_entry_matches_reference),
         cmocka_unit_test(test_five_runs_bitwise_identical),
         cmocka_unit_test(test_token_counts_vary),
+        cmocka_unit_test(test_small_sinks_beside_front_end),
         cmocka_unit_test(test_many_experts_ep_padding),
         cmocka_unit_test(test_nvfp4_layers_match_reference),
         cmocka_unit_test(test_random_configs_match_reference),

@@ -507,11 +507,40 @@ int sink_sms(const cuda_state *s, int T) {
     return T <= MOE_CUDA_FRONT_SMALL_MAX_T ? s->sm_count * 80 / 132 : 0;
 }
 
-/* The sink chain on the sinks stream; x [T, D] on the device. */
-moe_status run_sinks(cuda_state *s, int T, const uint16_t *x, bool timed, moe_error *err) {
+/* Whether the path `cuda` runs the sinks' GEMMs on the small kernels (cuda_sinks_small.cu),
+ * GEMM1 beside the front end as its programmatic dependent on the routed stream: a grid queued
+ * on the sinks stream waits for the front end's end (docs/perf-cuda.md, eighth run), this one
+ * streams while the front end routes. Measured (ninth run): the serving graph at T = 2 / 4 / 8
+ * 107.1 / 157.5 / 229.4-229.9 us against 108.5 / 162.9 / 233.1-233.9 with cuBLASLt's sinks
+ * after the front end; at T = 1 slower (85.0 against 82.0-83.0: the front end, which is on the
+ * routed GEMMs' critical path, shares the bandwidth), hence MOE_CUDA_SINKS_BESIDE_MIN_T. The
+ * forced variants keep cuBLASLt's sinks, so that the harness checks both. */
+bool sinks_beside_front(const cuda_state *s, int T, const uint16_t *x) {
+    return s->variant == MOE_CUDA_EXPERTS_AUTO && T >= MOE_CUDA_SINKS_BESIDE_MIN_T && s->S > 0 &&
+           s->SIL > 0 && moe_cuda_front_small_fits(T, s->D) &&
+           moe_cuda_sinks_small_fits(T, s->D, s->sink_w13, x) &&
+           moe_cuda_sinks_small_fits(T, s->S * s->SIL, s->sink_w2, s->sink_h);
+}
+
+/* The sink chain on the sinks stream; x [T, D] on the device. beside (sinks_beside_front): the
+ * sinks' GEMM1 was queued on the routed stream beside the front end, before route_ready, and
+ * GEMM2 runs on the small kernel too (cuBLASLt's, planned for 80 multiprocessors, was 2-4 us
+ * slower at T = 4 and 7-10 at T = 8). */
+moe_status run_sinks(cuda_state *s, int T, const uint16_t *x, bool beside, bool timed,
+                     moe_error *err) {
     const int S = s->S, SIL = s->SIL, D = s->D;
     cudaStream_t st = s->sinks;
     CUDA_TRY(cudaStreamWaitEvent(st, s->x_ready, 0));
+    if (beside) {
+        CUDA_TRY(cudaStreamWaitEvent(st, s->route_ready, 0)); /* the gammas and g, u */
+        TRY(moe_cuda_sink_swiglu(st, T, s->K, S, SIL, s->sink_gu, s->weights, s->sink_h, err));
+        TRY(mark(s, timed, EV_SINK_SWIGLU, st, err));
+        TRY(moe_cuda_sinks_small_gemm2(st, s->sm_count, T, D, S * SIL, s->sink_w2, s->sink_h,
+                                       s->sink_y, err));
+        TRY(mark(s, timed, EV_SINK_GEMM2, st, err));
+        CUDA_TRY(cudaEventRecord(s->sinks_done, st));
+        return MOE_OK;
+    }
     TRY(mark(s, timed, EV_SINK_START, st, err));
     if (S == 0 || SIL == 0) {
         CUDA_TRY(cudaMemsetAsync(s->sink_y, 0, (size_t)T * D * sizeof(float), st));
@@ -718,7 +747,18 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, bool t
         TRY(moe_cuda_lt_run(s->lt, &s->gate_plan, s->gate_w, x, s->logits, s->lt_ws_routed,
                             LT_WORKSPACE_BYTES, st, err));
     }
-    TRY(mark(s, timed, EV_GATE, st, err));
+    /* the sinks' GEMM1 beside the front end: no event between the two, or the launch is an
+     * ordinary one (the timed call records its events and runs them one after the other) */
+    const bool beside = sinks_beside_front(s, T, x);
+    if (beside) {
+        TRY(mark(s, timed, EV_GATE, st, err));
+        TRY(mark(s, timed, EV_SINK_START, st, err));
+        TRY(moe_cuda_sinks_small_gemm1(st, s->sm_count, T, S * 2 * s->SIL, D, s->sink_w13, x,
+                                       s->sink_gu, !timed, err));
+        TRY(mark(s, timed, EV_SINK_GEMM1, st, err));
+    } else {
+        TRY(mark(s, timed, EV_GATE, st, err));
+    }
     if (!moe_cuda_front_small_fits(T, D))
         TRY(moe_cuda_route(st, T, D, s->R, K, S, s->shard->cfg.route_scale,
                            s->shard->global_scale, x, s->logits, s->gate_bias, s->ids, s->weights,
@@ -726,7 +766,7 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, bool t
     CUDA_TRY(cudaEventRecord(s->route_ready, st));
     TRY(mark(s, timed, EV_ROUTE, st, err));
 
-    TRY(run_sinks(s, T, x, timed, err));
+    TRY(run_sinks(s, T, x, beside, timed, err));
 
     if (!grouped)
         TRY(moe_cuda_group(st, T, K, s->E, s->expert_first, kern->tile_m, s->ids, s->bad,

@@ -40,6 +40,8 @@ const moe_shape_hint moe_cuda_shape_hints[] = {
      "largest T on 8-row mma tiles"},
     {"MOE_CUDA_FRONT_SMALL_MAX_T", MOE_HINT_TOKENS, MOE_CUDA_FRONT_SMALL_MAX_T,
      "largest T on the one-launch gate, routing and grouping"},
+    {"MOE_CUDA_SINKS_BESIDE_MIN_T", MOE_HINT_TOKENS, MOE_CUDA_SINKS_BESIDE_MIN_T,
+     "fewest T on the small sink GEMMs beside the front end"},
     {"MOE_CUDA_WG_SPLIT_MAX_T", MOE_HINT_TOKENS, MOE_CUDA_WG_SPLIT_MAX_T,
      "largest T on the split-reduction wgmma GEMM1"},
     {"wgmma tile 16", MOE_HINT_EXPERT_ROWS, 16, "assignment rows per small wgmma tile"},

@@ -40,6 +40,8 @@ __global__ void __launch_bounds__(FRONT_THREADS) front_small_kernel(moe_cuda_fro
     __shared__ float warp_sums[FRONT_WARPS][MOE_CUDA_FRONT_SMALL_MAX_T];
     __shared__ typename block_scan::TempStorage scan_storage;
     __shared__ bool is_last;
+    /* a programmatic dependent (the sinks' GEMM1 at T <= 8) may start once every block is here */
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int T = a.T, D = a.D, G = a.G;
     const int e = (int)blockIdx.x;
     const uint16_t *row = a.gate_w + (size_t)e * D;

@@ -115,6 +115,24 @@ bool moe_cuda_front_small_groups(int T, int K);
 moe_status moe_cuda_front_small(cudaStream_t stream, const moe_cuda_front_args *args,
                                 moe_error *err);
 
+/* ---------------------------------------------------------------- sinks, few tokens (cuda_sinks_small.cu) */
+
+/* The sinks' GEMMs for T <= MOE_CUDA_SINKS_SMALL_MAX_T on mma.sync, weights straight to
+ * registers: out [T, N] = a [T, Kd] times w [N, Kd]^T, fp32 sums; GEMM1 rounds out to bf16,
+ * GEMM2 keeps fp32. Only where moe_cuda_sinks_small_fits (Kd a multiple of 8, w and a 16-byte
+ * aligned). beside_previous: GEMM1 launched as the stream's previous kernel's programmatic
+ * dependent (it starts beside it and ends after it). The path `cuda` uses them from
+ * MOE_CUDA_SINKS_BESIDE_MIN_T tokens (cuda_backend.cu, sinks_beside_front). */
+#define MOE_CUDA_SINKS_SMALL_MAX_T 8
+#define MOE_CUDA_SINKS_BESIDE_MIN_T 2
+bool moe_cuda_sinks_small_fits(int T, int Kd, const void *w, const void *a);
+moe_status moe_cuda_sinks_small_gemm1(cudaStream_t stream, int sm_count, int T, int N, int Kd,
+                                      const uint16_t *w, const uint16_t *a, uint16_t *out,
+                                      bool beside_previous, moe_error *err);
+moe_status moe_cuda_sinks_small_gemm2(cudaStream_t stream, int sm_count, int T, int N, int Kd,
+                                      const uint16_t *w, const uint16_t *a, float *out,
+                                      moe_error *err);
+
 /* ---------------------------------------------------------------- routing (cuda_route.cu) */
 
 /* Selection and weights, one warp per token, exactly as common/routing.c computes them.
