@@ -510,11 +510,12 @@ int sink_sms(const cuda_state *s, int T) {
 /* Whether the path `cuda` runs the sinks' GEMMs on the small kernels (cuda_sinks_small.cu),
  * GEMM1 beside the front end as its programmatic dependent on the routed stream: a grid queued
  * on the sinks stream waits for the front end's end (docs/perf-cuda.md, eighth run), this one
- * streams while the front end routes. Measured (ninth run): the serving graph at T = 2 / 4 / 8
- * 107.1 / 157.5 / 229.4-229.9 us against 108.5 / 162.9 / 233.1-233.9 with cuBLASLt's sinks
- * after the front end; at T = 1 slower (85.0 against 82.0-83.0: the front end, which is on the
- * routed GEMMs' critical path, shares the bandwidth), hence MOE_CUDA_SINKS_BESIDE_MIN_T. The
- * forced variants keep cuBLASLt's sinks, so that the harness checks both. */
+ * streams while the front end routes. Measured (ninth run), serving graph at T = 2 / 4 / 8:
+ * 107.3-107.5 / 158.2-158.5 / 229.1-230.0 us against 108.2-109.2 / 162.8-163.8 / 234.8-236.7
+ * with cuBLASLt's sinks after the front end. At T = 1 slower (84.9-86.1 against 81.9-83.0: the
+ * front end, on the routed GEMMs' critical path, shares the bandwidth), hence
+ * MOE_CUDA_SINKS_BESIDE_MIN_T. The forced variants keep cuBLASLt's sinks, so that the harness
+ * checks both. */
 bool sinks_beside_front(const cuda_state *s, int T, const uint16_t *x) {
     return s->variant == MOE_CUDA_EXPERTS_AUTO && T >= MOE_CUDA_SINKS_BESIDE_MIN_T && s->S > 0 &&
            s->SIL > 0 && moe_cuda_front_small_fits(T, s->D) &&
