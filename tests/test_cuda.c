@@ -243,7 +243,9 @@ static void test_five_runs_bitwise_identical(void **state) {
     }
 }
 
-/* The routing entry on given logits, with planted exact ties, against the reference selector. */
+/* The routing entry on given logits, with planted exact ties, NaN and infinite logits, against
+ * the reference selector. A NaN sel is never larger than another, so the reference picks it
+ * only when it is the first expert not yet taken (expert 0 first, or after the larger ones). */
 static void test_route_entry_matches_reference(void **state) {
     (void)state;
     skip_without_gpu();
@@ -267,6 +269,13 @@ static void test_route_entry_matches_reference(void **state) {
     for (int t = 0; t < T; t += 2) /* ties: copies of one logit, and of the bias, at several ids */
         for (int e = 0; e < c.R; e += 17) logits[t * G + e] = logits[t * G + 3];
     for (int t = 1; t < T; t += 4) logits[t * G + c.R] = -200.0f; /* a sink far in the tail */
+    for (int t = 3; t < T; t += 8) logits[t * G + 0] = NAN;        /* picked first */
+    for (int t = 5; t < T; t += 8) logits[t * G + 7] = NAN;        /* never picked */
+    for (int t = 7; t < T; t += 8) {                               /* infinities */
+        logits[t * G + 9] = INFINITY;
+        logits[t * G + 10] = -INFINITY;
+        logits[t * G + 11] = INFINITY;
+    }
     assert_int_equal(moe_layer_route(layer, T, logits, ids, weights, &err), MOE_OK);
     for (int t = 0; t < T; t++) {
         moe_route_token(logits + t * G, sh.gate_bias, c.R, K, S, c.route_scale, sh.global_scale,
@@ -274,7 +283,7 @@ static void test_route_entry_matches_reference(void **state) {
         for (int k = 0; k < K; k++) assert_int_equal(ids[t * K + k], ref_ids[k]);
         for (int j = 0; j < K + S; j++) { /* double exp/log1p may differ in the last bit only */
             float a = weights[t * (K + S) + j], b = ref_w[j];
-            if (fabsf(a - b) > 2.4e-7f * fabsf(b))
+            if (isnan(a) != isnan(b) || fabsf(a - b) > 2.4e-7f * fabsf(b))
                 fail_msg("token %d weight %d: cuda %.9g ref %.9g", t, j, a, b);
         }
     }

@@ -4,9 +4,12 @@
  *
  * Rules (the same arithmetic as common/routing.c, so that equal logits give equal ids):
  *   - sel[e] = (fp32)(1 / (1 + exp(-(double)l[e]))) + bias[e] in fp32, e < R;
- *   - pick k is the largest (sel, -index) pair ordered after pick k-1: larger sel first, equal
- *     sel in ascending index, so the lowest index wins ties and slots are in that order. The
- *     order is total, so the warp's butterfly finds the pick whatever the lanes' order;
+ *   - each pick is the reference's scan over the experts not yet taken, in index order, where
+ *     only a strictly larger sel displaces the candidate: the largest sel, the lowest index
+ *     among equal ones, and a NaN sel (never larger than anything) only when it is the first
+ *     expert not yet taken. The warp finds it with three integer reductions (redux.sync) over
+ *     order-preserving keys of the sels held in shared memory, in less than half the time of a
+ *     butterfly over (value, index) pairs (docs/perf-cuda.md, tenth run);
  *   - weights over the K picked logits and the S sink logits in double, in log space; the
  *     maximum and the sum run in slot order on lane 0, each weight rounded once to fp32;
  *   - a token whose x row holds NaN/inf gets NaN logits and weights, ids 0..K-1 and bad = 1;
@@ -26,7 +29,8 @@
 
 namespace {
 
-/* Shared memory of one routing warp: sel [R] fp32, picked [K] int, terms [K+S] double. */
+/* Shared memory of one routing warp: key [R] (route_key of sel, ROUTE_KEY_TAKEN once picked),
+ * picked [K] int, terms [K+S] double. */
 __host__ __device__ inline size_t route_terms_offset(int R, int K) {
     return ((size_t)(R + K) * 4 + 7) / 8 * 8;
 }
@@ -34,30 +38,43 @@ __host__ __device__ inline size_t route_warp_smem(int R, int K, int S) {
     return route_terms_offset(R, K) + (size_t)(K + S) * sizeof(double);
 }
 
-struct route_pick {
-    float v;
-    int i; /* -1: no candidate */
-};
+#define ROUTE_KEY_TAKEN 0u /* an expert already picked */
+#define ROUTE_KEY_NAN 1u   /* below every number's key */
 
-/* Is a ordered before b (larger value first, then lower index)? */
-__device__ __forceinline__ bool route_before(route_pick a, route_pick b) {
-    if (a.i < 0) return false;
-    if (b.i < 0) return true;
-    return a.v > b.v || (a.v == b.v && a.i < b.i);
+/* An unsigned key with the order of the fp32 sel v: larger v, larger key; -0 and +0 equal (the
+ * reference compares them as equal); NaN ROUTE_KEY_NAN; every number's key >= 0x007FFFFF. */
+__device__ __forceinline__ uint32_t route_key(float v) {
+    if (v != v) return ROUTE_KEY_NAN;
+    if (v == 0.0f) v = 0.0f; /* -0 */
+    const uint32_t u = __float_as_uint(v);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/* The first of the lanes' picks in that order, lane 0's answer given to every lane. */
-__device__ __forceinline__ route_pick warp_first(route_pick p) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        route_pick q;
-        q.v = __shfl_xor_sync(0xFFFFFFFFu, p.v, off);
-        q.i = __shfl_xor_sync(0xFFFFFFFFu, p.i, off);
-        if (route_before(q, p)) p = q;
+/* Warp-wide: the next pick among key [R] (the reference's scan, see the rules above), -1 when
+ * every expert is taken; marks it taken. All lanes get the answer. */
+__device__ __forceinline__ int route_next_pick(uint32_t *key, int R) {
+    const int lane = (int)(threadIdx.x % 32);
+    /* this lane's experts, in index order: the largest key (its lowest index on equal keys),
+     * and the first expert not taken as (index << 1 | its key is not NaN) */
+    uint32_t best_key = ROUTE_KEY_TAKEN, best_e = 0xFFFFFFFFu, first = 0xFFFFFFFFu;
+#pragma unroll 8
+    for (int e = lane; e < R; e += 32) {
+        const uint32_t k = key[e];
+        if (k > best_key) best_key = k, best_e = (uint32_t)e;
+        if (k != ROUTE_KEY_TAKEN) first = min(first, (uint32_t)e << 1 | (k != ROUTE_KEY_NAN));
     }
-    p.v = __shfl_sync(0xFFFFFFFFu, p.v, 0);
-    p.i = __shfl_sync(0xFFFFFFFFu, p.i, 0);
-    return p;
+    first = __reduce_min_sync(0xFFFFFFFFu, first);
+    if (first == 0xFFFFFFFFu) return -1;
+    int pick;
+    if ((first & 1u) == 0) { /* the first expert not taken has a NaN sel: nothing displaces it */
+        pick = (int)(first >> 1);
+    } else { /* NaN keys lose to every number's */
+        const uint32_t most = __reduce_max_sync(0xFFFFFFFFu, best_key);
+        pick = (int)__reduce_min_sync(0xFFFFFFFFu, best_key == most ? best_e : 0xFFFFFFFFu);
+    }
+    if (lane == pick % 32) key[pick] = ROUTE_KEY_TAKEN;
+    __syncwarp();
+    return pick;
 }
 
 __device__ __forceinline__ double route_log_sigmoid(double a) {
@@ -93,7 +110,7 @@ __device__ void route_token_warp(int t, int D, int R, int K, int S, float route_
                                  const float *bias, int32_t *ids, float *weights, int32_t *bad,
                                  char *smem) {
     const int lane = (int)(threadIdx.x % 32), G = R + S, n = K + S;
-    float *sel = reinterpret_cast<float *>(smem);                          /* [R] */
+    uint32_t *key = reinterpret_cast<uint32_t *>(smem);                    /* [R] */
     int *picked = reinterpret_cast<int *>(smem + (size_t)R * 4);           /* [K] */
     double *terms = reinterpret_cast<double *>(smem + route_terms_offset(R, K)); /* [K+S] */
     float *l = logits + (size_t)t * G;
@@ -121,21 +138,14 @@ __device__ void route_token_warp(int t, int D, int R, int K, int S, float route_
 #pragma unroll
         for (int i = 0; i < ROUTE_BATCH; i++) {
             const int e = e0 + i * 32 + lane;
-            if (e < R) sel[e] = (float)(1.0 / (1.0 + exp(-(double)logit[i]))) + b[i];
+            if (e < R) key[e] = route_key((float)(1.0 / (1.0 + exp(-(double)logit[i]))) + b[i]);
         }
     }
     __syncwarp();
 
-    route_pick prev = {0.0f, -1};
     for (int k = 0; k < K; k++) {
-        route_pick mine = {0.0f, -1};
-        for (int e = lane; e < R; e += 32) {
-            const route_pick c = {sel[e], e};
-            if (prev.i >= 0 && !route_before(prev, c)) continue; /* taken by an earlier slot */
-            if (route_before(c, mine)) mine = c;
-        }
-        prev = warp_first(mine);
-        if (lane == 0) picked[k] = ids_t[k] = prev.i;
+        const int pick = route_next_pick(key, R);
+        if (lane == 0) picked[k] = ids_t[k] = pick;
     }
     __syncwarp();
 
