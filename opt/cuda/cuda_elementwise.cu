@@ -29,60 +29,84 @@ __device__ uint16_t bf16_bits(float v) {
 
 __device__ float bf16_value(uint16_t bits) { return __uint_as_float((uint32_t)bits << 16); }
 
-/* gu [T, S*2*SIL], weights [T, K+S], h [T, S*SIL]; grid (T, S). */
+/* gu [T, S*2*SIL], weights [T, K+S], h [T, S*SIL]; grid (T, S, Z). Up to SWIGLU_SPREAD_MAX_T
+ * tokens Z = ceil(SIL / threads), one channel a thread, so that its loads and gamma's are one
+ * round trip (a loop of them took 7-12 us at T = 1 against 4-7, docs/perf-cuda.md);
+ * above, Z = 1 and each thread loops over the channels (fewer, larger blocks beside the routed
+ * GEMMs). */
+#define SWIGLU_SPREAD_MAX_T 64
 __global__ void sink_swiglu_kernel(int K, int S, int SIL, const uint16_t *gu,
                                    const float *weights, uint16_t *h) {
     const int t = blockIdx.x, s = blockIdx.y;
     const double gamma = (double)weights[(size_t)t * (K + S) + K + s];
     const uint16_t *gu_row = gu + ((size_t)t * S + s) * 2 * SIL;
     uint16_t *h_row = h + ((size_t)t * S + s) * SIL;
-    for (int j = threadIdx.x; j < SIL; j += blockDim.x) {
+    for (int j = blockIdx.z * blockDim.x + threadIdx.x; j < SIL; j += gridDim.z * blockDim.x) {
         const double g = (double)bf16_value(gu_row[2 * j]);
         const double u = (double)bf16_value(gu_row[2 * j + 1]);
         h_row[j] = bf16_bits((float)(g / (1.0 + exp(-g)) * u * gamma));
     }
 }
 
+/* Routed slots whose loads a thread issues at once: 8 up to COMBINE_BATCH_MAX_T tokens, where
+ * the combine waits on its loads' latency (one round trip a slot cost 1-1.7 us at T <= 64 and
+ * 4 us at T = 512); 1 above, where the kernel streams y (8 slots: 139.3 us against 129.5 at
+ * T = 4096; docs/perf-cuda.md). */
+#define COMBINE_SLOTS 8
+#define COMBINE_BATCH_MAX_T 512
+
 /* ids [T, K], weights [T, K+S], bad [T], y [T*K, D], sink_y [T, D] or NULL, out [T, D]. */
 /* VEC consecutive elements a thread (float4 loads where D % 4 == 0: about 2x the scalar
  * kernel's bandwidth at T = 4096, docs/perf-cuda.md); each element's sum is the same fixed
- * chain of fused multiply-adds whatever VEC. */
-template <int VEC>
+ * chain of fused multiply-adds whatever VEC and SLOTS. A thread issues the loads of SLOTS slots
+ * (ids, weights and y rows; y rows of slots it then skips are read and unused) before it sums
+ * them. */
+template <int VEC, int SLOTS>
 __global__ void combine_kernel(int D, int K, int S, int E, int expert_first, const int32_t *ids,
                                const float *weights, const int32_t *bad, const float *y,
                                const float *sink_y, float *out) {
     const int t = blockIdx.x;
     const int d = (blockIdx.y * blockDim.x + threadIdx.x) * VEC;
     if (d >= D) return;
-    float *o = out + (size_t)t * D + d;
-    if (bad[t]) {
-#pragma unroll
-        for (int i = 0; i < VEC; i++) o[i] = NAN;
-        return;
-    }
-    float acc[VEC];
-#pragma unroll
-    for (int i = 0; i < VEC; i++) acc[i] = 0.0f;
-    for (int k = 0; k < K; k++) {
-        const int el = ids[(size_t)t * K + k] - expert_first;
-        if (el < 0 || el >= E) continue; /* another rank's expert */
-        const float w = weights[(size_t)t * (K + S) + k];
-        const float *row = y + ((size_t)t * K + k) * D + d;
-        float v[VEC];
+    auto load_vec = [](const float *src, float (&v)[VEC]) {
         if (VEC == 4) {
-            const float4 q = *reinterpret_cast<const float4 *>(row);
+            const float4 q = *reinterpret_cast<const float4 *>(src);
             v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
         } else {
 #pragma unroll
-            for (int i = 0; i < VEC; i++) v[i] = row[i];
+            for (int i = 0; i < VEC; i++) v[i] = src[i];
+        }
+    };
+    const bool token_bad = bad[t] != 0;
+    float sink[VEC];
+    if (sink_y) load_vec(sink_y + (size_t)t * D + d, sink);
+    float acc[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; i++) acc[i] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += SLOTS) {
+        int el[SLOTS];
+        float w[SLOTS], v[SLOTS][VEC];
+#pragma unroll
+        for (int j = 0; j < SLOTS; j++) {
+            const int k = k0 + j;
+            if (k >= K) break;
+            el[j] = ids[(size_t)t * K + k] - expert_first;
+            w[j] = weights[(size_t)t * (K + S) + k];
+            load_vec(y + ((size_t)t * K + k) * D + d, v[j]);
         }
 #pragma unroll
-        for (int i = 0; i < VEC; i++) acc[i] = fmaf(w, v[i], acc[i]);
+        for (int j = 0; j < SLOTS; j++) {
+            if (k0 + j >= K) break;
+            if (el[j] < 0 || el[j] >= E) continue; /* another rank's expert */
+#pragma unroll
+            for (int i = 0; i < VEC; i++) acc[i] = fmaf(w[j], v[j][i], acc[i]);
+        }
     }
+    float *o = out + (size_t)t * D + d;
 #pragma unroll
     for (int i = 0; i < VEC; i++) {
-        if (sink_y) acc[i] += sink_y[(size_t)t * D + d + i];
-        o[i] = __bfloat162float(__float2bfloat16_rn(acc[i]));
+        if (sink_y) acc[i] += sink[i];
+        o[i] = token_bad ? NAN : __bfloat162float(__float2bfloat16_rn(acc[i]));
     }
 }
 
@@ -107,13 +131,27 @@ __global__ void stage_rows_kernel(int cols, int slots_K, int E, int expert_first
 
 unsigned blocks_for(int n) { return (unsigned)((n + ELEMENTWISE_THREADS - 1) / ELEMENTWISE_THREADS); }
 
+template <int VEC>
+void launch_combine(cudaStream_t stream, int T, int D, int K, int S, int E, int expert_first,
+                    const int32_t *ids, const float *weights, const int32_t *bad, const float *y,
+                    const float *sink_y, float *out) {
+    const dim3 grid((unsigned)T, blocks_for(D / VEC));
+    if (T <= COMBINE_BATCH_MAX_T)
+        combine_kernel<VEC, COMBINE_SLOTS><<<grid, ELEMENTWISE_THREADS, 0, stream>>>(
+            D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out);
+    else
+        combine_kernel<VEC, 1><<<grid, ELEMENTWISE_THREADS, 0, stream>>>(
+            D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out);
+}
+
 } // namespace
 
 moe_status moe_cuda_sink_swiglu(cudaStream_t stream, int T, int K, int S, int SIL,
                                 const uint16_t *gu, const float *weights, uint16_t *h,
                                 moe_error *err) {
     if (T == 0 || S == 0 || SIL == 0) return MOE_OK;
-    sink_swiglu_kernel<<<dim3((unsigned)T, (unsigned)S), ELEMENTWISE_THREADS, 0, stream>>>(
+    const unsigned spread = T <= SWIGLU_SPREAD_MAX_T ? blocks_for(SIL) : 1u;
+    sink_swiglu_kernel<<<dim3((unsigned)T, (unsigned)S, spread), ELEMENTWISE_THREADS, 0, stream>>>(
         K, S, SIL, gu, weights, h);
     LAUNCH_CHECK("sink_swiglu_kernel");
     return MOE_OK;
@@ -125,11 +163,9 @@ moe_status moe_cuda_combine(cudaStream_t stream, int T, int D, int K, int S, int
                             moe_error *err) {
     if (T == 0) return MOE_OK;
     if (D % 4 == 0)
-        combine_kernel<4><<<dim3((unsigned)T, blocks_for(D / 4)), ELEMENTWISE_THREADS, 0, stream>>>(
-            D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out);
+        launch_combine<4>(stream, T, D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out);
     else
-        combine_kernel<1><<<dim3((unsigned)T, blocks_for(D)), ELEMENTWISE_THREADS, 0, stream>>>(
-            D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out);
+        launch_combine<1>(stream, T, D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out);
     LAUNCH_CHECK("combine_kernel");
     return MOE_OK;
 }
