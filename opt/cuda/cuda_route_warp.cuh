@@ -15,7 +15,9 @@
  *   - a token whose x row holds NaN/inf gets NaN logits and weights, ids 0..K-1 and bad = 1;
  *   - no block barrier: a warp owns its token and its slice of shared memory, so a block of
  *     warps routes that many tokens at once and the last block of the front end can route
- *     with whatever warps it has.
+ *     with whatever warps it has;
+ *   - one copy of this code in a kernel: a routing warp runs once a call, and three changes
+ *     that grew the kernels around it made it slower (docs/perf-cuda.md, fourteenth run).
  */
 #ifndef INKLING_CUDA_ROUTE_WARP_CUH
 #define INKLING_CUDA_ROUTE_WARP_CUH
