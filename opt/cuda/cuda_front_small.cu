@@ -49,13 +49,21 @@ __global__ void __launch_bounds__(FRONT_THREADS) front_small_kernel(moe_cuda_fro
 #pragma unroll
     for (int t = 0; t < MOE_CUDA_FRONT_SMALL_MAX_T; t++) acc[t] = 0.0f;
     for (int c = (int)threadIdx.x * 8; c < D; c += FRONT_THREADS * 8) {
+        /* every token's piece is asked for before the first is used: one L2 round trip a
+         * chunk, not one a token (docs/perf-cuda.md, fifteenth run) */
+        const uint4 wq = __ldcs(reinterpret_cast<const uint4 *>(row + c));
+        uint4 xq[MOE_CUDA_FRONT_SMALL_MAX_T];
+#pragma unroll
+        for (int t = 0; t < MOE_CUDA_FRONT_SMALL_MAX_T; t++)
+            xq[t] = t < T ? __ldg(reinterpret_cast<const uint4 *>(a.x + (size_t)t * D + c))
+                          : make_uint4(0u, 0u, 0u, 0u);
         float wf[8];
-        bf16x8_to_float(__ldcs(reinterpret_cast<const uint4 *>(row + c)), wf);
+        bf16x8_to_float(wq, wf);
 #pragma unroll
         for (int t = 0; t < MOE_CUDA_FRONT_SMALL_MAX_T; t++) {
             if (t >= T) break;
             float xf[8];
-            bf16x8_to_float(__ldg(reinterpret_cast<const uint4 *>(a.x + (size_t)t * D + c)), xf);
+            bf16x8_to_float(xq[t], xf);
 #pragma unroll
             for (int i = 0; i < 8; i++) acc[t] = fmaf(wf[i], xf[i], acc[t]);
         }
