@@ -30,6 +30,10 @@
  *     128-byte swizzle that the wgmma descriptor names; the weights of 16- and 32-row tiles go
  *     from global memory straight to each lane's registers (DIRECT), those of 128-row tiles
  *     through the same stages as the activations;
+ *   - DIRECT tiles run a stage whose chunks and their next chunks all exist (all but the last
+ *     one or two) without bound tests, on one descriptor and running pointers, and 32-row
+ *     tiles with n chosen once a stage: the chunk loop is issue-bound, so every instruction of
+ *     it counts (11 and 31 fewer a chunk; docs/perf-cuda.md, sixteenth run);
  *   - KS > 1 (a few tokens): block ks of a tile takes chunks [ks n/KS, (ks+1) n/KS) and the
  *     last block to finish adds the KS slices' sums in slice order;
  *   - wgmma's n is the tile's real rows rounded up to 16 (wg_mma_cols), not BN: 3 % off the
@@ -280,8 +284,8 @@ template <int BN, typename F> __device__ __forceinline__ void with_mma_cols(int 
         f(wg_n<BN>{});
     }
 }
-/* wgmma_steps on n columns, chosen a chunk at a time (the 16- and 32-row tiles, which wait for
- * each chunk's products before the next). ptxas closes each branch's wgmma group itself, so the
+/* wgmma_steps on n columns, chosen a chunk at a time (the 16- and 32-row tiles' last stages,
+ * which wait for each chunk's products before the next; their whole stages choose n once). ptxas closes each branch's wgmma group itself, so the
  * caller's commit adds an empty group: a wait for "all but one" group would wait for this chunk
  * too. The 128-row tiles, which keep a chunk's products in flight, choose n once a tile
  * instead (expert_wgmma_kernel). */
@@ -647,10 +651,15 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
-    auto mma_chunk = [&](uint32_t slot, int j, uint32_t (&a)[4][4]) {
+    /* chunk j of a stage whose first chunk's descriptor is desc: B_BYTES further on, which
+     * the descriptor's address field (bytes / 16) takes without a carry */
+    auto mma_at = [&](uint64_t desc, int j, uint32_t (&a)[4][4]) {
         wgmma_fence();
-        wgmma_chunk<BN>(acc, a, smem_desc_sw128(base + slot + (uint32_t)(j * B_BYTES)), n_cols);
+        wgmma_chunk<BN>(acc, a, desc + (uint64_t)(j * (B_BYTES / 16)), n_cols);
         wgmma_commit();
+    };
+    auto mma_chunk = [&](uint32_t slot, int j, uint32_t (&a)[4][4]) {
+        mma_at(smem_desc_sw128(base + slot), j, a);
     };
 
     /* Stage st's slot is refilled LOOKAHEAD stages later, after a barrier that every thread
@@ -717,6 +726,34 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
             uint32_t a[4][4];
             for (int st = 0; st < n_stages; st++) {
                 const int kc0 = open_stage(st);
+                if (kc0 + CPS + SETS <= kc_end) {
+                    /* a whole stage whose chunks all have a next chunk (every stage but the
+                     * last one or two): no bound tests, one descriptor, the next loads from one
+                     * running pointer pair. 101.5 -> 90.5 instructions a chunk in the SASS;
+                     * ptxas then issues both sets' next loads just before the second chunk's
+                     * products, and still the layer was 2-4 % faster than with the tests that
+                     * hold them in place (docs/perf-cuda.md, sixteenth run) */
+                    const uint64_t desc = smem_desc_sw128(base + slot);
+                    const uint8_t *next_codes = my_codes + (size_t)kc0 * WG_A_BYTES;
+                    const uint8_t *next_scales = my_scales + (size_t)kc0 * WG_S_BYTES;
+#pragma unroll 1
+                    for (int j = 0; j < CPS; j += SETS) {
+                        next_codes += SETS * WG_A_BYTES;
+                        next_scales += SETS * WG_S_BYTES;
+#pragma unroll
+                        for (int h = 0; h < SETS; h++) {
+                            asm volatile("" : "+r"(wq[h][0]), "+r"(wq[h][1]), "+r"(wq[h][2]),
+                                         "+r"(wq[h][3]), "+r"(swq[h])::"memory");
+                            decode_words(wq[h], swq[h], two, a);
+                            load_codes(next_codes + h * WG_A_BYTES, wq[h]);
+                            swq[h] = load_scale_word(next_scales + h * WG_S_BYTES);
+                            mma_at(desc, j + h, a);
+                            wgmma_wait_all();
+                        }
+                    }
+                    slot = next_slot(slot);
+                    continue;
+                }
 #pragma unroll 1
                 for (int j = 0; j < CPS; j += SETS) {
 #pragma unroll
@@ -743,6 +780,30 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
             uint32_t a[4][4];
             for (int st = 0; st < n_stages; st++) {
                 const int kc0 = open_stage(st);
+                if (kc0 + CPS + 1 <= kc_end) {
+                    /* as the 16-row tiles' whole stages, and n chosen once a stage instead of a
+                     * chunk: 125 -> 94 instructions a chunk in the SASS */
+                    const uint64_t desc = smem_desc_sw128(base + slot);
+                    with_mma_cols<BN>(n_cols, [&](auto cols) {
+                        constexpr int N = decltype(cols)::value;
+                        const uint8_t *next_codes = my_codes + (size_t)kc0 * WG_A_BYTES;
+                        const uint8_t *next_scales = my_scales + (size_t)kc0 * WG_S_BYTES;
+#pragma unroll 1
+                        for (int j = 0; j < CPS; j++) {
+                            next_codes += WG_A_BYTES;
+                            next_scales += WG_S_BYTES;
+                            decode_words(wq, swq, two, a);
+                            load_codes(next_codes, wq);
+                            swq = load_scale_word(next_scales);
+                            wgmma_fence();
+                            wgmma_steps<N>(acc, a, desc + (uint64_t)(j * (B_BYTES / 16)));
+                            wgmma_commit();
+                            wgmma_wait_all();
+                        }
+                    });
+                    slot = next_slot(slot);
+                    continue;
+                }
 #pragma unroll 1
                 for (int j = 0; j < CPS; j++) {
                     const int kc = kc0 + j;
