@@ -31,7 +31,7 @@
  *     from global memory straight to each lane's registers (DIRECT), those of 128-row tiles
  *     through the same stages as the activations;
  *   - DIRECT tiles run a stage whose chunks and their next chunks all exist (all but the last
- *     one or two) without bound tests, on one descriptor and running pointers, and 32-row
+ *     one or two; not yet the split tiles) without bound tests, on one descriptor and running pointers, and 32-row
  *     tiles with n chosen once a stage: the chunk loop is issue-bound, so every instruction of
  *     it counts (11 and 31 fewer a chunk; docs/perf-cuda.md, sixteenth run);
  *   - KS > 1 (a few tokens): block ks of a tile takes chunks [ks n/KS, (ks+1) n/KS) and the
@@ -726,13 +726,14 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
             uint32_t a[4][4];
             for (int st = 0; st < n_stages; st++) {
                 const int kc0 = open_stage(st);
-                if (kc0 + CPS + SETS <= kc_end) {
+                if (KS == 1 && kc0 + CPS + SETS <= kc_end) {
                     /* a whole stage whose chunks all have a next chunk (every stage but the
                      * last one or two): no bound tests, one descriptor, the next loads from one
                      * running pointer pair. 101.5 -> 90.5 instructions a chunk in the SASS;
                      * ptxas then issues both sets' next loads just before the second chunk's
                      * products, and still the layer was 2-4 % faster than with the tests that
-                     * hold them in place (docs/perf-cuda.md, sixteenth run) */
+                     * hold them in place (docs/perf-cuda.md, sixteenth run). Not yet timed on
+                     * the split tiles (T <= 4), which keep the loop below */
                     const uint64_t desc = smem_desc_sw128(base + slot);
                     const uint8_t *next_codes = my_codes + (size_t)kc0 * WG_A_BYTES;
                     const uint8_t *next_scales = my_scales + (size_t)kc0 * WG_S_BYTES;
