@@ -31,9 +31,10 @@
  *     from global memory straight to each lane's registers (DIRECT), those of 128-row tiles
  *     through the same stages as the activations;
  *   - DIRECT tiles run a stage whose chunks and their next chunks all exist (all but the last
- *     one or two; not yet the split tiles) without bound tests, on one descriptor and running pointers, and 32-row
- *     tiles with n chosen once a stage: the chunk loop is issue-bound, so every instruction of
- *     it counts (11 and 31 fewer a chunk; docs/perf-cuda.md, sixteenth run);
+ *     one or two; not yet the split tiles) without bound tests, on one descriptor and running
+ *     pointers, and 32-row tiles with n chosen once a stage: the chunk loop is issue-bound, so
+ *     every instruction of it counts (11 and 31 fewer a chunk; docs/perf-cuda.md, sixteenth
+ *     run);
  *   - KS > 1 (a few tokens): block ks of a tile takes chunks [ks n/KS, (ks+1) n/KS) and the
  *     last block to finish adds the KS slices' sums in slice order;
  *   - wgmma's n is the tile's real rows rounded up to 16 (wg_mma_cols), not BN: 3 % off the
@@ -285,9 +286,9 @@ template <int BN, typename F> __device__ __forceinline__ void with_mma_cols(int 
     }
 }
 /* wgmma_steps on n columns, chosen a chunk at a time (the 16- and 32-row tiles' last stages,
- * which wait for each chunk's products before the next; their whole stages choose n once). ptxas closes each branch's wgmma group itself, so the
- * caller's commit adds an empty group: a wait for "all but one" group would wait for this chunk
- * too. The 128-row tiles, which keep a chunk's products in flight, choose n once a tile
+ * which wait for each chunk's products before the next; their whole stages choose n once).
+ * ptxas closes each branch's wgmma group itself, so the caller's commit adds an empty group: a
+ * wait for "all but one" group would wait for this chunk too. The 128-row tiles, which keep a chunk's products in flight, choose n once a tile
  * instead (expert_wgmma_kernel). */
 template <int BN>
 __device__ __forceinline__ void wgmma_chunk(float (&acc)[BN / 2], const uint32_t (&a)[4][4], uint64_t b_desc, int n) {
