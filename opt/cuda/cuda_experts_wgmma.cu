@@ -30,11 +30,13 @@
  *     128-byte swizzle that the wgmma descriptor names; the weights of 16- and 32-row tiles go
  *     from global memory straight to each lane's registers (DIRECT), those of 128-row tiles
  *     through the same stages as the activations;
- *   - DIRECT tiles run a stage whose chunks and their next chunks all exist (all but the last
- *     one or two; not yet the split tiles) without bound tests, on one descriptor and running
- *     pointers, and 32-row tiles with n chosen once a stage: the chunk loop is issue-bound, so
- *     every instruction of it counts (11 and 31 fewer a chunk; docs/perf-cuda.md, sixteenth
- *     run);
+ *   - the DIRECT tiles are issue-bound, so every instruction of their loop counts. A stage
+ *     whose chunks and their next chunks all exist (all but the last one or two) runs unrolled,
+ *     without bound tests, on one descriptor and running pointers, with the choice of one or
+ *     two products and (32-row tiles) wgmma's n made once a stage; a stage inside Kdim copies
+ *     its activations without bound tests; the unsplit kernels are held to 64 registers (four
+ *     blocks a multiprocessor). A 16-row chunk 101.5 -> 87 instructions, a 32-row one 125
+ *     -> 88 (docs/perf-cuda.md, sixteenth and seventeenth runs);
  *   - KS > 1 (a few tokens): block ks of a tile takes chunks [ks n/KS, (ks+1) n/KS) and the
  *     last block to finish adds the KS slices' sums in slice order;
  *   - wgmma's n is the tile's real rows rounded up to 16 (wg_mma_cols), not BN: 3 % off the
@@ -178,6 +180,10 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                  "r"(valid ? 16 : 0));
+}
+/* The same with the byte count given: 16, or 0 to zero-fill without reading src. */
+__device__ __forceinline__ void cp_async16_size(uint32_t dst, const void *src, uint32_t src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
@@ -368,20 +374,27 @@ __device__ __forceinline__ void keep_regs(uint32_t (&a)[4][4]) {
  * decoded and scaled by sw, its row pair's scale word: bytes 0, 1 (rows g, g + 8) for steps 0,
  * 1; bytes 2, 3 for steps 2, 3. two: a lane of the warp has a scale above the one-product
  * limit. */
+template <bool TWO>
+__device__ __forceinline__ void decode_words_as(const uint32_t (&w)[4], uint32_t sw, uint32_t (&a)[4][4]) {
+    uint32_t sc[4];
+#pragma unroll
+    for (int b = 0; b < 4; b++) sc[b] = TWO ? scale_two_products(sw, b) : scale_one_product(sw, b);
+    const uint32_t lo[4] = {sc[0], sc[1], sc[0], sc[1]}, hi[4] = {sc[2], sc[3], sc[2], sc[3]};
+#pragma unroll
+    for (int s = 0; s < 4; s++) decode_word<TWO>(w[s], s < 2 ? lo : hi, a[s]);
+}
 __device__ __forceinline__ void decode_words(const uint32_t (&w)[4], uint32_t sw, bool two, uint32_t (&a)[4][4]) {
-    if (!two) {
-        const uint32_t s0 = scale_one_product(sw, 0), s1 = scale_one_product(sw, 1);
-        const uint32_t s2 = scale_one_product(sw, 2), s3 = scale_one_product(sw, 3);
-        const uint32_t lo[4] = {s0, s1, s0, s1}, hi[4] = {s2, s3, s2, s3};
-#pragma unroll
-        for (int s = 0; s < 4; s++) decode_word<false>(w[s], s < 2 ? lo : hi, a[s]);
-    } else {
-        const uint32_t s0 = scale_two_products(sw, 0), s1 = scale_two_products(sw, 1);
-        const uint32_t s2 = scale_two_products(sw, 2), s3 = scale_two_products(sw, 3);
-        const uint32_t lo[4] = {s0, s1, s0, s1}, hi[4] = {s2, s3, s2, s3};
-#pragma unroll
-        for (int s = 0; s < 4; s++) decode_word<true>(w[s], s < 2 ? lo : hi, a[s]);
-    }
+    if (two) decode_words_as<true>(w, sw, a);
+    else decode_words_as<false>(w, sw, a);
+}
+/* f(wg_flag<true>{}) or f(wg_flag<false>{}): a loop that decodes with one choice of products
+ * throughout, so that its chunks do not test it each. */
+template <bool B> struct wg_flag {
+    static constexpr bool value = B;
+};
+template <typename F> __device__ __forceinline__ void with_products(bool two, F &&f) {
+    if (two) f(wg_flag<true>{});
+    else f(wg_flag<false>{});
 }
 /* The same from the stage's codes in shared memory at `codes` (this lane's 16 bytes). */
 __device__ __forceinline__ void decode_chunk_at(uint32_t codes, uint32_t sw, bool two, uint32_t (&a)[4][4]) {
@@ -524,9 +537,8 @@ __device__ __forceinline__ bool store_tile(const stream_args &p, wg_split split,
  *       chunk, so that a chunk's products run beside the next chunk's decode (the loop is
  *       compiled once per n: an n chosen a chunk at a time adds an empty group, wgmma_chunk). */
 template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS, bool DIRECT>
-__global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_args p, wg_split split,
-                                                                    const uint8_t *two_products,
-                                                                    wg_chain chain) {
+__global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
+    expert_wgmma_kernel(stream_args p, wg_split split, const uint8_t *two_products, wg_chain chain) {
     static_assert(KS == 1 || RT == 1, "a split reduction takes one row tile a block");
     static_assert(!PIPE || CPS <= 2, "the register pipeline alternates two sets: stages of one or two chunks");
     static_assert(DIRECT || CPS * WG_S_BYTES / 16 <= WG_THREADS, "one scale copy a thread");
@@ -587,23 +599,30 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
 
     /* The activation copies of this thread, fixed for the whole reduction: 16-byte piece c of
      * tile row r of the stage's chunk j goes to its swizzled place in every stage; only the k
-     * offset moves. ONE_ROW: the threads divide into whole chunks' pieces, so a thread's
+     * offset moves. Where the threads divide into whole chunks' pieces (ONE_ROW), a thread's
      * pieces are one row and column of every (THREADS / CHUNK_PIECES)-th chunk of the stage,
-     * kept as one place (registers are what bound the blocks a multiprocessor holds). */
+     * kept as one place; where a chunk's pieces divide into the threads (the 128-row tiles), a
+     * thread's pieces are the same CHUNK_PIECES / THREADS places in every chunk. Registers are
+     * what bound the blocks a multiprocessor holds. */
     constexpr int CHUNK_PIECES = BN * 8, ACT_PIECES = CPS * CHUNK_PIECES;
     constexpr int ACT_COPIES = (ACT_PIECES + THREADS - 1) / THREADS;
-    constexpr bool ONE_ROW = THREADS % CHUNK_PIECES == 0;
-    constexpr int ACT_PLACES = ONE_ROW ? 1 : ACT_COPIES;
-    const uint16_t *act_src[ACT_PLACES];
+    constexpr bool ONE_ROW = THREADS % CHUNK_PIECES == 0, CHUNK_ROWS = CHUNK_PIECES % THREADS == 0;
+    constexpr int ACT_PLACES = ONE_ROW ? 1 : CHUNK_ROWS ? CHUNK_PIECES / THREADS : ACT_COPIES;
+    /* copy i's place and its chunk within the stage */
+    auto act_place = [](int i) { return ONE_ROW ? 0 : i % ACT_PLACES; };
+    auto act_chunk = [](int i) { return ONE_ROW ? i * (THREADS / CHUNK_PIECES) : CHUNK_ROWS ? i / ACT_PLACES : 0; };
+    const uint16_t *act_src[ACT_PLACES]; /* rows past the tile: row 0's start, never read */
     uint32_t act_dst[ACT_PLACES];
-    int act_k[ACT_PLACES]; /* the piece's first value in stage 0; >= Kdim: nothing to copy */
+    int act_k[ACT_PLACES];               /* the piece's first value in stage 0; >= Kdim: nothing to copy */
+    uint32_t act_size[ACT_PLACES];       /* 16, or 0 past the tile's rows (zero-filled) */
 #pragma unroll
     for (int i = 0; i < ACT_PLACES; i++) {
-        const int idx = tid + i * THREADS, j = idx / (BN * 8), r = idx / 8 % BN, c = idx % 8;
+        const int idx = tid + i * THREADS, j = idx / CHUNK_PIECES, r = idx / 8 % BN, c = idx % 8;
         const bool real = idx < ACT_PIECES && r < rows;
         act_src[i] = real ? p.a_src + (size_t)tok_row[r] * p.Kdim + WG_KC * j + 8 * c : p.a_src;
         act_dst[i] = (uint32_t)(j * B_BYTES + r * 128 + ((c ^ (r & 7)) * 16));
         act_k[i] = real ? WG_KC * j + 8 * c : p.Kdim;
+        act_size[i] = real ? 16u : 0u;
     }
     /* stage slot offsets in the ring, stepped without a division */
     auto next_slot = [](uint32_t slot) {
@@ -612,23 +631,35 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
     };
     auto load_stage = [&](int kc0, uint32_t slot) { /* chunks kc0 .. kc0 + CPS - 1 */
         const uint32_t st = base + slot;
+        if (ACT_PIECES % THREADS == 0 && (kc0 + CPS) * WG_KC <= p.Kdim) {
+            /* every value of the stage is inside the rows (every stage but a last partial
+             * one): only the row decides, and a row past the tile reads inside row 0 */
 #pragma unroll
-        for (int i = 0; i < ACT_COPIES; i++) {
-            if (tid + i * THREADS >= ACT_PIECES) break;
-            const int q = ONE_ROW ? 0 : i, more = ONE_ROW ? i * (THREADS / CHUNK_PIECES) : 0;
-            const bool valid = act_k[q] + (kc0 + more) * WG_KC < p.Kdim;
-            cp_async16(st + act_dst[q] + more * B_BYTES, valid ? act_src[q] + (kc0 + more) * WG_KC : p.a_src,
-                       valid);
+            for (int i = 0; i < ACT_COPIES; i++) {
+                const int q = act_place(i);
+                const uint16_t *src = act_src[q] + (size_t)kc0 * WG_KC; /* + a constant below */
+                cp_async16_size(st + act_dst[q] + act_chunk(i) * B_BYTES, src + act_chunk(i) * WG_KC, act_size[q]);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < ACT_COPIES; i++) {
+                if (ACT_PIECES % THREADS != 0 && tid + i * THREADS >= ACT_PIECES) break;
+                const int q = act_place(i), more = act_chunk(i);
+                const bool valid = act_k[q] + (kc0 + more) * WG_KC < p.Kdim;
+                cp_async16(st + act_dst[q] + more * B_BYTES, valid ? act_src[q] + (kc0 + more) * WG_KC : p.a_src,
+                           valid);
+            }
         }
-        if (!DIRECT) {
+        if (!DIRECT) { /* a row tile past the matrix reads row tile 0's chunks, zero-filled */
+            const bool whole = kc0 + CPS <= kc_end;
 #pragma unroll
             for (int j = 0; j < CPS; j++)
-                if (kc0 + j < kc_end)
+                if (whole || kc0 + j < kc_end)
                     cp_async16(st + A_OFF + (copy_tile * CPS + j) * WG_A_BYTES + copy_idx * 16,
-                               copy_real ? codes + (size_t)(kc0 + j) * WG_A_BYTES : codes, copy_real);
-            if (scale_chunk < CPS && kc0 + scale_chunk < kc_end)
+                               codes + (size_t)(kc0 + j) * WG_A_BYTES, copy_real);
+            if (scale_chunk < CPS && (whole || kc0 + scale_chunk < kc_end))
                 cp_async16(st + S_OFF + copy_tile * CPS * WG_S_BYTES + copy_idx * 16,
-                           copy_real ? scales + (size_t)kc0 * WG_S_BYTES : scales, copy_real);
+                           scales + (size_t)kc0 * WG_S_BYTES, copy_real);
         }
     };
     /* The scale words of this lane's row pair for the stage's real chunks. */
@@ -688,8 +719,9 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
          * registers, one chunk ahead of their decode (two for 16-row tiles), from L2: one
          * thread of the block asks L2 for the row tile's codes and scales WG_L2_AHEAD chunks
          * ahead in bulk. No shared memory, copy round or barrier for the weights; the barrier
-         * is paid once per CPS chunks, for the activations. The chunk loop is not unrolled:
-         * ptxas would otherwise decode a chunk ahead into a second register set. */
+         * is paid once per CPS chunks, for the activations. The loop of a last, partial stage
+         * is not unrolled (ptxas would decode a chunk ahead into a second register set); a
+         * whole stage is, at the 64-register cap, without that. */
         const size_t my_chunk0 = ((size_t)tile.expert * n_rt + rt) * n_kc;
         const uint8_t *tile_codes = p.w_mx + my_chunk0 * WG_A_BYTES;
         const uint8_t *tile_scales = p.w_scale + my_chunk0 * WG_S_BYTES;
@@ -727,32 +759,32 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
             uint32_t a[4][4];
             for (int st = 0; st < n_stages; st++) {
                 const int kc0 = open_stage(st);
-                if (KS == 1 && kc0 + CPS + SETS <= kc_end) {
+                if (kc0 + CPS + SETS <= kc_end) {
                     /* a whole stage whose chunks all have a next chunk (every stage but the
-                     * last one or two): no bound tests, one descriptor, the next loads from one
-                     * running pointer pair. 101.5 -> 90.5 instructions a chunk in the SASS;
-                     * ptxas then issues both sets' next loads just before the second chunk's
-                     * products, and still the layer was 2-4 % faster than with the tests that
-                     * hold them in place (docs/perf-cuda.md, sixteenth run). Not yet timed on
-                     * the split tiles (T <= 4), which keep the loop below */
+                     * last one or two): unrolled, no bound tests, one descriptor, the next
+                     * loads from one running pointer pair, one choice of products (101.5 ->
+                     * 87 instructions a chunk in the SASS; docs/perf-cuda.md, sixteenth and
+                     * seventeenth runs) */
                     const uint64_t desc = smem_desc_sw128(base + slot);
                     const uint8_t *next_codes = my_codes + (size_t)kc0 * WG_A_BYTES;
                     const uint8_t *next_scales = my_scales + (size_t)kc0 * WG_S_BYTES;
-#pragma unroll 1
-                    for (int j = 0; j < CPS; j += SETS) {
-                        next_codes += SETS * WG_A_BYTES;
-                        next_scales += SETS * WG_S_BYTES;
+                    with_products(two, [&](auto two_c) {
 #pragma unroll
-                        for (int h = 0; h < SETS; h++) {
-                            asm volatile("" : "+r"(wq[h][0]), "+r"(wq[h][1]), "+r"(wq[h][2]),
-                                         "+r"(wq[h][3]), "+r"(swq[h])::"memory");
-                            decode_words(wq[h], swq[h], two, a);
-                            load_codes(next_codes + h * WG_A_BYTES, wq[h]);
-                            swq[h] = load_scale_word(next_scales + h * WG_S_BYTES);
-                            mma_at(desc, j + h, a);
-                            wgmma_wait_all();
+                        for (int j = 0; j < CPS; j += SETS) {
+                            next_codes += SETS * WG_A_BYTES;
+                            next_scales += SETS * WG_S_BYTES;
+#pragma unroll
+                            for (int h = 0; h < SETS; h++) {
+                                asm volatile("" : "+r"(wq[h][0]), "+r"(wq[h][1]), "+r"(wq[h][2]),
+                                             "+r"(wq[h][3]), "+r"(swq[h])::"memory");
+                                decode_words_as<decltype(two_c)::value>(wq[h], swq[h], a);
+                                load_codes(next_codes + h * WG_A_BYTES, wq[h]);
+                                swq[h] = load_scale_word(next_scales + h * WG_S_BYTES);
+                                mma_at(desc, j + h, a);
+                                wgmma_wait_all();
+                            }
                         }
-                    }
+                    });
                     slot = next_slot(slot);
                     continue;
                 }
@@ -784,17 +816,17 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
                 const int kc0 = open_stage(st);
                 if (kc0 + CPS + 1 <= kc_end) {
                     /* as the 16-row tiles' whole stages, and n chosen once a stage instead of a
-                     * chunk: 125 -> 94 instructions a chunk in the SASS */
+                     * chunk: 125 -> 88 instructions a chunk in the SASS (n = 16) */
                     const uint64_t desc = smem_desc_sw128(base + slot);
-                    with_mma_cols<BN>(n_cols, [&](auto cols) {
+                    with_mma_cols<BN>(n_cols, [&](auto cols) { with_products(two, [&](auto two_c) {
                         constexpr int N = decltype(cols)::value;
                         const uint8_t *next_codes = my_codes + (size_t)kc0 * WG_A_BYTES;
                         const uint8_t *next_scales = my_scales + (size_t)kc0 * WG_S_BYTES;
-#pragma unroll 1
+#pragma unroll
                         for (int j = 0; j < CPS; j++) {
                             next_codes += WG_A_BYTES;
                             next_scales += WG_S_BYTES;
-                            decode_words(wq, swq, two, a);
+                            decode_words_as<decltype(two_c)::value>(wq, swq, a);
                             load_codes(next_codes, wq);
                             swq = load_scale_word(next_scales);
                             wgmma_fence();
@@ -802,7 +834,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT) expert_wgmma_kernel(stream_ar
                             wgmma_commit();
                             wgmma_wait_all();
                         }
-                    });
+                    }); });
                     slot = next_slot(slot);
                     continue;
                 }
