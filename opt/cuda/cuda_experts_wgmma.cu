@@ -35,8 +35,8 @@
  *     without bound tests, on one descriptor and running pointers, with the choice of one or
  *     two products and (32-row tiles) wgmma's n made once a stage; a stage inside Kdim copies
  *     its activations without bound tests; the unsplit kernels are held to 64 registers (four
- *     blocks a multiprocessor). A 16-row chunk 101.5 -> 87 instructions, a 32-row one 125
- *     -> 88 (docs/perf-cuda.md, sixteenth and seventeenth runs);
+ *     blocks a multiprocessor). A 16-row chunk takes 87 instructions, a 32-row one 88, 92 and
+ *     102 before (docs/perf-cuda.md, seventeenth run);
  *   - KS > 1 (a few tokens): block ks of a tile takes chunks [ks n/KS, (ks+1) n/KS) and the
  *     last block to finish adds the KS slices' sums in slice order;
  *   - wgmma's n is the tile's real rows rounded up to 16 (wg_mma_cols), not BN: 3 % off the
@@ -50,7 +50,9 @@
  *     that GEMM1's last wave leaves idle.
  *
  * Measured on an H200, Inkling-Small (docs/perf-cuda.md): GEMM1 + GEMM2 at 2.3 TB/s at T = 8,
- * 2.9 TB/s at T = 64, 2.4 TB/s at T = 512 and 323-372 TFLOP/s at T = 4096. The profiles put
+ * 2.9 TB/s at T = 64, 2.4 TB/s at T = 512 and 323-372 TFLOP/s at T = 4096 before the
+ * seventeenth run's loop (the layer 5-8 % faster since; GEMM1 2.67 TB/s and GEMM2 2.64 at
+ * T = 512 in its stage intervals). The profiles put
  * the small tiles' limit in the integer pipe (the decode's masks and shifts; the layout moves
  * four shifts a word to the multiply pipe) and the issue slots; the 128-row tiles' in the block
  * barrier and fixed-latency waits (docs/device-notes.md). A warp-specialised 128-row kernel (a
@@ -762,9 +764,8 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
                 if (kc0 + CPS + SETS <= kc_end) {
                     /* a whole stage whose chunks all have a next chunk (every stage but the
                      * last one or two): unrolled, no bound tests, one descriptor, the next
-                     * loads from one running pointer pair, one choice of products (101.5 ->
-                     * 87 instructions a chunk in the SASS; docs/perf-cuda.md, sixteenth and
-                     * seventeenth runs) */
+                     * loads from one running pointer pair, one choice of products (92 -> 87
+                     * instructions a chunk in the SASS; docs/perf-cuda.md, seventeenth run) */
                     const uint64_t desc = smem_desc_sw128(base + slot);
                     const uint8_t *next_codes = my_codes + (size_t)kc0 * WG_A_BYTES;
                     const uint8_t *next_scales = my_scales + (size_t)kc0 * WG_S_BYTES;
@@ -816,7 +817,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
                 const int kc0 = open_stage(st);
                 if (kc0 + CPS + 1 <= kc_end) {
                     /* as the 16-row tiles' whole stages, and n chosen once a stage instead of a
-                     * chunk: 125 -> 88 instructions a chunk in the SASS (n = 16) */
+                     * chunk: 102 -> 88 instructions a chunk in the SASS (n = 16) */
                     const uint64_t desc = smem_desc_sw128(base + slot);
                     with_mma_cols<BN>(n_cols, [&](auto cols) { with_products(two, [&](auto two_c) {
                         constexpr int N = decltype(cols)::value;
