@@ -601,18 +601,16 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
 
     /* The activation copies of this thread, fixed for the whole reduction: 16-byte piece c of
      * tile row r of the stage's chunk j goes to its swizzled place in every stage; only the k
-     * offset moves. Where the threads divide into whole chunks' pieces (ONE_ROW), a thread's
-     * pieces are one row and column of every (THREADS / CHUNK_PIECES)-th chunk of the stage,
-     * kept as one place; where a chunk's pieces divide into the threads (the 128-row tiles), a
-     * thread's pieces are the same CHUNK_PIECES / THREADS places in every chunk. Registers are
+     * offset moves. A thread keeps them as ACT_PLACES places, each copy a place moved on by
+     * whole chunks (cuda_wgmma_layout.h: one place where the threads divide into whole chunks'
+     * pieces, two where a 128-row tile's chunk divides into its 512 threads): registers are
      * what bound the blocks a multiprocessor holds. */
     constexpr int CHUNK_PIECES = BN * 8, ACT_PIECES = CPS * CHUNK_PIECES;
     constexpr int ACT_COPIES = (ACT_PIECES + THREADS - 1) / THREADS;
-    constexpr bool ONE_ROW = THREADS % CHUNK_PIECES == 0, CHUNK_ROWS = CHUNK_PIECES % THREADS == 0;
-    constexpr int ACT_PLACES = ONE_ROW ? 1 : CHUNK_ROWS ? CHUNK_PIECES / THREADS : ACT_COPIES;
+    constexpr int ACT_PLACES = moe_wg_act_places(BN, THREADS, CPS);
     /* copy i's place and its chunk within the stage */
-    auto act_place = [](int i) { return ONE_ROW ? 0 : i % ACT_PLACES; };
-    auto act_chunk = [](int i) { return ONE_ROW ? i * (THREADS / CHUNK_PIECES) : CHUNK_ROWS ? i / ACT_PLACES : 0; };
+    auto act_place = [](int i) { return moe_wg_act_place(BN, THREADS, CPS, i); };
+    auto act_chunk = [](int i) { return moe_wg_act_chunk(BN, THREADS, CPS, i); };
     const uint16_t *act_src[ACT_PLACES]; /* rows past the tile: row 0's start, never read */
     uint32_t act_dst[ACT_PLACES];
     int act_k[ACT_PLACES];               /* the piece's first value in stage 0; >= Kdim: nothing to copy */

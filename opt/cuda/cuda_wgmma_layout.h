@@ -1,7 +1,8 @@
 /*
  * cuda_wgmma_layout.h: where the wgmma expert kernels' packed MXFP4 words keep each code's bits
- * (cuda_experts_wgmma.cu: wgmma_pack_codes writes them, decode_word reads them). Plain C, so
- * that tests/test_cuda_layout.c checks the layout on any machine.
+ * (cuda_experts_wgmma.cu: wgmma_pack_codes writes them, decode_word reads them), and which
+ * activation pieces of a stage each thread copies (moe_wg_act_*, below). Plain C, so that
+ * tests/test_cuda_layout.c checks both on any machine.
  *
  * A lane's 32-bit word holds the 8 E2M1 codes of its four A-fragment registers j = 0..3, two
  * a register (half h = 0: the even reduction index, h = 1: the odd one). decode_word makes
@@ -30,6 +31,12 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus /* the kernels size their arrays by these */
+#define MOE_WG_CONSTEXPR constexpr
+#else
+#define MOE_WG_CONSTEXPR
+#endif
+
 #define MOE_WG_MAG_BITS 0x01C001C0u  /* bf16 bits 8..6 of both halves */
 #define MOE_WG_SIGN_BITS 0x80008000u /* bf16 bit 15 of both halves */
 
@@ -51,6 +58,33 @@ static inline MOE_WG_HD uint32_t moe_wg_bring(uint32_t w, int n, uint32_t kept) 
  * register j. */
 static inline MOE_WG_HD int moe_wg_code_bit(int j, int h, int b) {
     return b < 3 ? (6 + 16 * h + b + moe_wg_mag_rot(j)) % 32 : (15 + 16 * h + moe_wg_sign_rot(j)) % 32;
+}
+
+/* The activation copies of one pipeline stage (cuda_experts_wgmma.cu, load_stage): cps chunks
+ * of bn tile rows of 8 16-byte pieces, piece idx = (chunk, row, column) = (idx / (8 bn),
+ * idx / 8 % bn, idx % 8); thread tid of `threads` copies pieces tid + i * threads. A thread
+ * keeps its copies as moe_wg_act_places places (source and destination of the piece
+ * tid + q * threads, q < places), and copy i is place moe_wg_act_place(i) moved on by
+ * moe_wg_act_chunk(i) chunks:
+ *     where the threads divide into whole chunks' pieces, one place, copy i the
+ *         (threads / (8 bn))-th chunk after the previous;
+ *     where a chunk's pieces divide into the threads, 8 bn / threads places, the same in
+ *         every chunk;
+ *     else one place a copy. */
+static inline MOE_WG_HD MOE_WG_CONSTEXPR int moe_wg_act_places(int bn, int threads, int cps) {
+    const int chunk_pieces = 8 * bn;
+    if (threads % chunk_pieces == 0) return 1;
+    if (chunk_pieces % threads == 0) return chunk_pieces / threads;
+    return (cps * chunk_pieces + threads - 1) / threads;
+}
+static inline MOE_WG_HD MOE_WG_CONSTEXPR int moe_wg_act_place(int bn, int threads, int cps, int i) {
+    return threads % (8 * bn) == 0 ? 0 : i % moe_wg_act_places(bn, threads, cps);
+}
+static inline MOE_WG_HD MOE_WG_CONSTEXPR int moe_wg_act_chunk(int bn, int threads, int cps, int i) {
+    const int chunk_pieces = 8 * bn;
+    if (threads % chunk_pieces == 0) return i * (threads / chunk_pieces);
+    if (chunk_pieces % threads == 0) return i / moe_wg_act_places(bn, threads, cps);
+    return 0;
 }
 
 #endif /* INKLING_CUDA_WGMMA_LAYOUT_H */
