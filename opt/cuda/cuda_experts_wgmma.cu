@@ -13,7 +13,7 @@
  *     registers, and
  *     the gathered activation rows the B operand, in shared memory, so BN can be as small as
  *     the tokens an expert has (wgmma's n) while the weight rows stay 64 a warpgroup;
- *   - create() re-lays the MXFP4 weights out once (wgmma_pack below): per 128-row tile and
+ *   - create() re-lays the MXFP4 weights out once (cuda_wgmma_pack.cu): per 128-row tile and
  *     64-value chunk of the reduction, 16 bytes per lane holding exactly the E2M1 codes of its
  *     A fragments, each register's codes at the bits decode_word reads (cuda_wgmma_layout.h), and one
  *     scale word per row pair; rows past the matrix and values past Kdim are zero codes with
@@ -60,248 +60,19 @@
  */
 #include "cuda_device.cuh"
 #include "cuda_wgmma_layout.h"
+#include "cuda_wgmma_ptx.cuh"
+#include "cuda_wgmma_tiles.cuh"
 
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-#define WG_ROWS 128   /* weight rows per block */
-#define WG_THREADS 256
-#define WG_KC 64      /* reduction values per chunk */
+#define WG_THREADS 256 /* one row tile of WG_ROWS (cuda_wgmma_tiles.cuh): two warpgroups */
 #define WG_SPLIT_SETS 4 /* 16-row split tiles (T <= 4, at most 3 blocks a multiprocessor): chunks of
                           codes in flight a lane; 7 % off GEMM1 at T = 1 against 2 sets */
 #define WG_L2_AHEAD 4 /* direct loads: chunks asked of L2 ahead of the stage being read (4 and 8
                          measured best, 16 and 32 slower) */
-#define WG_A_BYTES (WG_ROWS * WG_KC / 2)       /* codes per stage: 4 kB */
-#define WG_S_BYTES (WG_ROWS / 16 * 8 * 4)      /* scale words per stage: 256 B */
 
 namespace {
-
-/* ---------------------------------------------------------------- the packed layout */
-
-/* Row tiles of WG_ROWS: GEMM1 packs 64 channels (their gate and up rows) a tile. */
-__host__ __device__ inline int wg_row_tiles(int stage, int N) {
-    return stage == 1 ? (N / 2 + 63) / 64 : (N + WG_ROWS - 1) / WG_ROWS;
-}
-__host__ __device__ inline int wg_chunks(int Kdim) { return (Kdim + WG_KC - 1) / WG_KC; }
-
-/* The source row of tile row r (0..WG_ROWS-1) of row tile rt, or -1 past the matrix:
- * GEMM1 rows 16w + g and 16w + g + 8 are the gate (2c) and up (2c + 1) rows of channel
- * c = 64 rt + 8 w + g; GEMM2 rows are output columns. */
-__host__ __device__ inline int wg_source_row(int stage, int N, int rt, int r) {
-    if (stage == 1) {
-        const int c = 64 * rt + 8 * (r / 16) + r % 8;
-        return c < N / 2 ? 2 * c + (r % 16) / 8 : -1;
-    }
-    const int row = WG_ROWS * rt + r;
-    return row < N ? row : -1;
-}
-
-/* One 32-bit word of lane (g, t) of warp w, k16 step s of chunk kc: the codes of its four A
- * fragment registers, j = 0: values (k, k+1) of row g, 1: of row g + 8, 2: (k+8, k+9) of row
- * g, 3: of row g + 8, k = 16 s + 2 t, at the bits cuda_wgmma_layout.h names. One thread a
- * word. */
-__global__ void wgmma_pack_codes(int stage, int E, int N, int Kdim, const uint8_t *w_mx,
-                                 uint32_t *out) {
-    const int n_rt = wg_row_tiles(stage, N), n_kc = wg_chunks(Kdim);
-    const size_t words = (size_t)E * n_rt * n_kc * WG_ROWS / 16 * 32 * 4;
-    const size_t row_bytes = (size_t)Kdim / 2;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const int s = (int)(i % 4), lane = (int)(i / 4 % 32), w = (int)(i / 128 % (WG_ROWS / 16));
-        const size_t rest = i / (128 * (WG_ROWS / 16));
-        const int kc = (int)(rest % n_kc), rt = (int)(rest / n_kc % n_rt), e = (int)(rest / n_kc / n_rt);
-        const int g = lane / 4, t = lane % 4;
-        uint32_t word = 0;
-        for (int j = 0; j < 4; j++) {
-            const int src = wg_source_row(stage, N, rt, 16 * w + g + 8 * (j & 1));
-            const int k = WG_KC * kc + 16 * s + 2 * t + 8 * (j >> 1);
-            if (src < 0 || k >= Kdim) continue;
-            const uint32_t pair = w_mx[((size_t)e * N + src) * row_bytes + k / 2];
-            for (int h = 0; h < 2; h++)
-                for (int b = 0; b < 4; b++) /* bit by bit: a group may wrap past bit 31 */
-                    word |= ((pair >> (4 * h + b)) & 1u) << moe_wg_code_bit(j, h, b);
-        }
-        out[i] = word;
-    }
-}
-
-/* The scale word of row pair (g, g + 8) of warp w, chunk kc: bytes 0..3 the E8M0 of row g and
- * of row g + 8 for block 2 kc, then for block 2 kc + 1 (127, one, past the matrix). */
-__global__ void wgmma_pack_scales(int stage, int E, int N, int Kdim, const uint8_t *w_scale,
-                                  uint32_t *out) {
-    const int n_rt = wg_row_tiles(stage, N), n_kc = wg_chunks(Kdim);
-    const size_t words = (size_t)E * n_rt * n_kc * WG_ROWS / 16 * 8;
-    const size_t row_scales = (size_t)Kdim / 32;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const int g = (int)(i % 8), w = (int)(i / 8 % (WG_ROWS / 16));
-        const size_t rest = i / (8 * (WG_ROWS / 16));
-        const int kc = (int)(rest % n_kc), rt = (int)(rest / n_kc % n_rt), e = (int)(rest / n_kc / n_rt);
-        uint32_t word = 0;
-        for (int b = 0; b < 4; b++) {
-            const int src = wg_source_row(stage, N, rt, 16 * w + g + 8 * (b & 1));
-            const int blk = 2 * kc + (b >> 1);
-            const uint32_t e8 = src >= 0 && (size_t)blk < row_scales
-                                    ? w_scale[((size_t)e * N + src) * row_scales + blk]
-                                    : 127u;
-            word |= e8 << (8 * b);
-        }
-        out[i] = word;
-    }
-}
-
-/* A code's magnitude bits (e1 e0 m) placed at bits 8..6 of a bf16 are that E2M1 magnitude times
- * 2^-126 (exponent field e1 e0, 0.5 the subnormal 2^-127), so one bf16 product by 2^(e - 1)
- * gives the code times its scale 2^(e - 127). That factor is a bf16 for scale bytes e <= 128
- * (exponent field e + 126); larger scales take two products, by 2^126 and by 2^(e - 127). */
-#define WG_ONE_PRODUCT_MAX_SCALE 128u
-
-/* The packed scales are followed by one byte an expert (at this offset): 1 where a scale byte
- * of the expert's matrix is above WG_ONE_PRODUCT_MAX_SCALE, so that its blocks decode with two
- * products (checked once at create, not per chunk in the kernels). */
-__host__ __device__ inline size_t wg_flags_offset(int stage, int E, int N, int Kdim) {
-    return (size_t)E * wg_row_tiles(stage, N) * wg_chunks(Kdim) * WG_S_BYTES;
-}
-
-/* wg_flags_offset's byte of expert blockIdx.x from its scales (per_expert E8M0 bytes). */
-__global__ void wgmma_flag_experts(size_t per_expert, const uint8_t *w_scale, uint8_t *flags) {
-    const uint8_t *mine = w_scale + blockIdx.x * per_expert;
-    int big = 0;
-    for (size_t i = threadIdx.x; i < per_expert; i += blockDim.x) big |= mine[i] > WG_ONE_PRODUCT_MAX_SCALE;
-    big = __syncthreads_or(big);
-    if (threadIdx.x == 0) flags[blockIdx.x] = (uint8_t)big;
-}
-
-/* ---------------------------------------------------------------- PTX wrappers */
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global -> shared, zero-filled when !valid (src is then not read). */
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-/* The same with the byte count given: 16, or 0 to zero-fill without reading src. */
-__device__ __forceinline__ void cp_async16_size(uint32_t dst, const void *src, uint32_t src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-/* cp.async writes are generic-proxy writes; wgmma reads shared memory through the async proxy. */
-__device__ __forceinline__ void fence_proxy_async() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_wait_all() {
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_wait_one() {
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-}
-
-/* Shared-memory matrix descriptor of a K-major tile with 128-byte rows in the 128-byte
- * swizzle: 8-row groups 1024 bytes apart (the leading offset is unused in this mode). */
-__device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr) {
-    return (uint64_t)((addr & 0x3FFFFu) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-/* d[0 .. N/2 - 1] (64 x N fp32, wgmma's accumulator fragment: d[4j + e] row g, column 8j + 2t
- * + e, d[4j + 2 + e] row g + 8, so a narrower N's fragment is a prefix of a wider one's) += a
- * (64 x 16 bf16, registers) * b (16 x N bf16, shared memory, K-major). */
-template <int N> __device__ __forceinline__ void wgmma_bf16(float *d, const uint32_t (&a)[4], uint64_t b_desc);
-
-/* One specialisation per N: the accumulators are operands %0 .. %(N/2 - 1) (D_REGS, built eight
- * at a time below), then come a's four registers, the descriptor and the scale-d flag (A_REGS,
- * DESC, FLAG: their operand numbers); the rest are the accumulators' constraints. */
-#define WG_DEFINE_WGMMA(N, D_REGS, A_REGS, DESC, FLAG, ...)                                      \
-    template <>                                                                                   \
-    __device__ __forceinline__ void wgmma_bf16<N>(float *d, const uint32_t (&a)[4], uint64_t b_desc) { \
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " FLAG ", 0;\n"                            \
-                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 "                  \
-                     "{" D_REGS "}, {" A_REGS "}, " DESC ", p, 1, 1, 0;\n}\n"                     \
-                     : __VA_ARGS__                                                                \
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));          \
-    }
-#define WG_ACC8(i)                                                                                 \
-    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),   \
-        "+f"(d[i + 6]), "+f"(d[i + 7])
-#define WG_D8 "%0,%1,%2,%3,%4,%5,%6,%7"
-#define WG_D16 WG_D8 ",%8,%9,%10,%11,%12,%13,%14,%15"
-#define WG_D24 WG_D16 ",%16,%17,%18,%19,%20,%21,%22,%23"
-#define WG_D32 WG_D24 ",%24,%25,%26,%27,%28,%29,%30,%31"
-#define WG_D40 WG_D32 ",%32,%33,%34,%35,%36,%37,%38,%39"
-#define WG_D48 WG_D40 ",%40,%41,%42,%43,%44,%45,%46,%47"
-#define WG_D56 WG_D48 ",%48,%49,%50,%51,%52,%53,%54,%55"
-#define WG_D64 WG_D56 ",%56,%57,%58,%59,%60,%61,%62,%63"
-#define WG_A16 WG_ACC8(0)
-#define WG_A32 WG_A16, WG_ACC8(8)
-#define WG_A48 WG_A32, WG_ACC8(16)
-#define WG_A64 WG_A48, WG_ACC8(24)
-#define WG_A80 WG_A64, WG_ACC8(32)
-#define WG_A96 WG_A80, WG_ACC8(40)
-#define WG_A112 WG_A96, WG_ACC8(48)
-#define WG_A128 WG_A112, WG_ACC8(56)
-WG_DEFINE_WGMMA(16, WG_D8, "%8,%9,%10,%11", "%12", "%13", WG_A16)
-WG_DEFINE_WGMMA(32, WG_D16, "%16,%17,%18,%19", "%20", "%21", WG_A32)
-WG_DEFINE_WGMMA(48, WG_D24, "%24,%25,%26,%27", "%28", "%29", WG_A48)
-WG_DEFINE_WGMMA(64, WG_D32, "%32,%33,%34,%35", "%36", "%37", WG_A64)
-WG_DEFINE_WGMMA(80, WG_D40, "%40,%41,%42,%43", "%44", "%45", WG_A80)
-WG_DEFINE_WGMMA(96, WG_D48, "%48,%49,%50,%51", "%52", "%53", WG_A96)
-WG_DEFINE_WGMMA(112, WG_D56, "%56,%57,%58,%59", "%60", "%61", WG_A112)
-WG_DEFINE_WGMMA(128, WG_D64, "%64,%65,%66,%67", "%68", "%69", WG_A128)
-
-/* The columns wgmma multiplies for a tile of BN columns of which `rows` are real: the narrowest
- * n in steps of 16 that holds them, so the tensor cores and shared-memory reads skip padding. */
-template <int BN> __device__ __forceinline__ int wg_mma_cols(int rows) {
-    return BN <= 16 ? BN : min(BN, max(16, (rows + 15) / 16 * 16));
-}
-/* acc (wgmma_bf16's fragment) += one chunk on the first N columns: the four k16 steps a[s] by
- * the activations at b_desc + 32 s bytes. The columns past N keep their zeros and are never
- * stored. */
-template <int N> __device__ __forceinline__ void wgmma_steps(float *acc, const uint32_t (&a)[4][4], uint64_t b_desc) {
-#pragma unroll
-    for (int s = 0; s < 4; s++) wgmma_bf16<N>(acc, a[s], b_desc + 2 * s); /* + 32 bytes a step */
-}
-/* f(wg_n<N>{}) for N = n, a tile of BN columns' wg_mma_cols, as a compile-time value: one
- * branch, the same in every thread of the block. */
-template <int N> struct wg_n {
-    static constexpr int value = N;
-};
-template <int BN, typename F> __device__ __forceinline__ void with_mma_cols(int n, F &&f) {
-    if constexpr (BN == 128) {
-        switch (n) {
-        case 16: f(wg_n<16>{}); break;
-        case 32: f(wg_n<32>{}); break;
-        case 48: f(wg_n<48>{}); break;
-        case 64: f(wg_n<64>{}); break;
-        case 80: f(wg_n<80>{}); break;
-        case 96: f(wg_n<96>{}); break;
-        case 112: f(wg_n<112>{}); break;
-        default: f(wg_n<128>{}); break;
-        }
-    } else if constexpr (BN == 32) {
-        if (n == 16) f(wg_n<16>{});
-        else f(wg_n<32>{});
-    } else {
-        f(wg_n<BN>{});
-    }
-}
-/* wgmma_steps on n columns, chosen a chunk at a time (the 16- and 32-row tiles' last stages,
- * which wait for each chunk's products before the next; their whole stages choose n once).
- * ptxas closes each branch's wgmma group itself, so the caller's commit adds an empty group: a
- * wait for "all but one" group would wait for this chunk too. The 128-row tiles, which keep a chunk's products in flight, choose n once a tile
- * instead (expert_wgmma_kernel). */
-template <int BN>
-__device__ __forceinline__ void wgmma_chunk(float (&acc)[BN / 2], const uint32_t (&a)[4][4], uint64_t b_desc, int n) {
-    with_mma_cols<BN>(n, [&](auto cols) { wgmma_steps<decltype(cols)::value>(acc, a, b_desc); });
-}
 
 /* ---------------------------------------------------------------- the kernel */
 
@@ -940,33 +711,7 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
     return MOE_OK;
 }
 
-template <int STAGE>
-moe_status pack(cudaStream_t stream, int E, int N, int Kdim, const uint8_t *w_mx,
-                const uint8_t *w_scale, uint8_t **codes, uint8_t **scales, moe_error *err) {
-    const size_t chunks = (size_t)E * wg_row_tiles(STAGE, N) * wg_chunks(Kdim);
-    CUDA_TRY(cudaMalloc((void **)codes, chunks * WG_A_BYTES > 0 ? chunks * WG_A_BYTES : 1));
-    CUDA_TRY(cudaMalloc((void **)scales, chunks * WG_S_BYTES + (size_t)E + 1));
-    if (chunks == 0) return MOE_OK;
-    wgmma_flag_experts<<<E, 256, 0, stream>>>((size_t)N * (Kdim / 32), w_scale,
-                                              *scales + wg_flags_offset(STAGE, E, N, Kdim));
-    LAUNCH_CHECK("wgmma_flag_experts");
-    wgmma_pack_codes<<<1024, 256, 0, stream>>>(STAGE, E, N, Kdim, w_mx, (uint32_t *)*codes);
-    LAUNCH_CHECK("wgmma_pack_codes");
-    wgmma_pack_scales<<<256, 256, 0, stream>>>(STAGE, E, N, Kdim, w_scale, (uint32_t *)*scales);
-    LAUNCH_CHECK("wgmma_pack_scales");
-    return MOE_OK;
-}
-
 } // namespace
-
-moe_status moe_cuda_wgmma_pack(cudaStream_t stream, moe_cuda_experts *ex, moe_error *err) {
-    moe_status st = pack<1>(stream, ex->E, 2 * ex->IL, ex->D, ex->w13_mx, ex->w13_scale,
-                            &ex->w13_wg, &ex->w13_wg_scale, err);
-    if (!st)
-        st = pack<2>(stream, ex->E, ex->D, ex->IL, ex->w2_mx, ex->w2_scale, &ex->w2_wg,
-                     &ex->w2_wg_scale, err);
-    return st;
-}
 
 size_t moe_cuda_wgmma_split_floats(int T, int K, int E, int D, int IL) {
     return 2 * split_pairs(T, K, E, D, IL) * MOE_CUDA_WG_SPLIT * WG_ROWS * 16;

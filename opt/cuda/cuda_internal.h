@@ -214,7 +214,7 @@ moe_cuda_expert_gemm2_fn moe_cuda_expert_gemv2;
  * MOE_CUDA_GEMV_M rows (mma1/2) or twice as many (_m16). */
 moe_cuda_expert_gemm1_fn moe_cuda_expert_mma1, moe_cuda_expert_mma1_m16;
 moe_cuda_expert_gemm2_fn moe_cuda_expert_mma2, moe_cuda_expert_mma2_m16;
-/* Warpgroup MMA (wgmma) on MXFP4 packed by moe_cuda_wgmma_pack (cuda_experts_wgmma.cu): tiles
+/* Warpgroup MMA (wgmma, cuda_experts_wgmma.cu) on MXFP4 packed by moe_cuda_wgmma_pack: tiles
  * of 16, 32 or 128 rows (the suffix); wg1_16_split, wg2_16_split: tiles of 16 rows with the
  * reduction split into MOE_CUDA_WG_SPLIT slices, for T <= MOE_CUDA_WG_SPLIT_MAX_T, through
  * ex's split scratch (a few tokens have too few tiles to keep every multiprocessor streaming). */
