@@ -22,7 +22,9 @@
  *     8..6: the E2M1 value times 2^-126) and one bf16 product by 2^(e - 1), their scale times
  *     2^126 (two products, for every block of an expert that has a scale where that is no bf16,
  *     flagged at create), the signs merged after: exact, as every E2M1 value times a power of
- *     two in range is a bf16 (moe_shard_build refuses scales that overflow); products are exact
+ *     two in range is a bf16 (moe_shard_build refuses scales that overflow). A chunk's four
+ *     scales become two bf16 pairs (a row's two blocks) in four instructions, and each product
+ *     reads its half of a pair through HMUL2's operand swizzle; products are exact
  *     and summed in fp32 by the tensor cores in one fixed k order, so outputs depend on nothing
  *     but their own row and column;
  *   - activations move by cp.async through a STAGES-deep ring of shared-memory stages of CPS
@@ -35,8 +37,8 @@
  *     without bound tests, on one descriptor and running pointers, with the choice of one or
  *     two products and (32-row tiles) wgmma's n made once a stage; a stage inside Kdim copies
  *     its activations without bound tests; the unsplit kernels are held to 64 registers (four
- *     blocks a multiprocessor). A 16-row chunk takes 87 instructions, a 32-row one 88, 92 and
- *     102 before (docs/perf-cuda.md, seventeenth run);
+ *     blocks a multiprocessor). A 16-row chunk takes 84 instructions, a 32-row one 85 (n = 16),
+ *     92 and 102 two runs before (docs/perf-cuda.md, seventeenth and eighteenth runs);
  *   - KS > 1 (a few tokens): block ks of a tile takes chunks [ks n/KS, (ks+1) n/KS) and the
  *     last block to finish adds the KS slices' sums in slice order;
  *   - wgmma's n is the tile's real rows rounded up to 16 (wg_mma_cols), not BN: 3 % off the
@@ -82,29 +84,49 @@ __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
     return d;
 }
 
-/* 2^(e - 1) as a pair of bf16, for scale byte `byte` (0..3) of sw, e <= 128: the byte times
- * 2^7 + 2^23 (a multiply, not a shift, so it runs beside the decode's integer instructions). */
-__device__ __forceinline__ uint32_t scale_one_product(uint32_t sw, int byte) {
-    return __byte_perm(sw, 0u, 0x4440u + (uint32_t)byte) * 0x00800080u + 0x3F003F00u;
-}
-/* 2^(e - 127) as a pair of bf16 (e = 0: the subnormal 2^-127), exactly. */
-__device__ __forceinline__ uint32_t scale_two_products(uint32_t sw, int byte) {
-    const uint32_t e = (sw >> (8 * byte)) & 0xFFu, bits = e == 0 ? 0x0040u : e << 7;
-    return bits | bits << 16;
+/* a times half H (0, 1) of the bf16 pair p, in both of a's halves: the multiply reads the half
+ * twice (HMUL2's operand swizzle), so no instruction makes a pair of it. */
+template <int H> __device__ __forceinline__ uint32_t mul_bf16x2_by_half(uint32_t a, uint32_t p) {
+    uint32_t d;
+    if (H == 0)
+        asm("{.reg .b16 lo, hi; .reg .b32 q; mov.b32 {lo, hi}, %2; mov.b32 q, {lo, lo};\n"
+            " mul.rn.bf16x2 %0, %1, q;}\n" : "=r"(d) : "r"(a), "r"(p));
+    else
+        asm("{.reg .b16 lo, hi; .reg .b32 q; mov.b32 {lo, hi}, %2; mov.b32 q, {hi, hi};\n"
+            " mul.rn.bf16x2 %0, %1, q;}\n" : "=r"(d) : "r"(a), "r"(p));
+    return d;
 }
 
-/* One lane word of wgmma_pack_codes' layout to its four A fragment registers, scaled: register j
- * takes scale sc[j]. TWO: the scales are 2^(e - 127) (scale_two_products), else 2^(e - 1). The
- * sign bits are merged after the product (a sign flip is exact). */
-template <bool TWO>
-__device__ __forceinline__ void decode_word(uint32_t w, const uint32_t (&sc)[4], uint32_t (&a)[4]) {
+/* The scales of a lane's two rows as bf16 pairs, from its scale word sw (bytes 0, 1: rows g,
+ * g + 8 of the chunk's first 32 values; bytes 2, 3: of its last 32): row g's pair (byte 0, byte
+ * 2) and row g + 8's (byte 1, byte 3). One product: 2^(e - 1), the byte times 2^7 plus 126 << 7
+ * (e <= 128); two products: 2^(e - 127) (e = 0: the subnormal 2^-127), exactly. */
+__device__ __forceinline__ void scale_pairs_one_product(uint32_t sw, uint32_t &row_g, uint32_t &row_g8) {
+    row_g = (sw & 0x00FF00FFu) * 0x80u + 0x3F003F00u;
+    row_g8 = __byte_perm(sw, 0u, 0x4341u) * 0x80u + 0x3F003F00u;
+}
+__device__ __forceinline__ uint32_t scale_two_products(uint32_t sw, int byte) {
+    const uint32_t e = (sw >> (8 * byte)) & 0xFFu;
+    return e == 0 ? 0x0040u : e << 7;
+}
+__device__ __forceinline__ void scale_pairs_two_products(uint32_t sw, uint32_t &row_g, uint32_t &row_g8) {
+    row_g = scale_two_products(sw, 0) | scale_two_products(sw, 2) << 16;
+    row_g8 = scale_two_products(sw, 1) | scale_two_products(sw, 3) << 16;
+}
+
+/* One lane word of wgmma_pack_codes' layout to its four A fragment registers, scaled by half
+ * BLOCK (the word's 32-value block of the chunk) of its rows' scale pairs: registers 0 and 2 are
+ * row g's, 1 and 3 row g + 8's. TWO: the scales are 2^(e - 127), else 2^(e - 1). The sign bits
+ * are merged after the product (a sign flip is exact). */
+template <bool TWO, int BLOCK>
+__device__ __forceinline__ void decode_word(uint32_t w, uint32_t row_g, uint32_t row_g8, uint32_t (&a)[4]) {
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const bool own_sign = moe_wg_sign_rot(j) == moe_wg_mag_rot(j);
         const uint32_t kept = own_sign ? MOE_WG_MAG_BITS | MOE_WG_SIGN_BITS : MOE_WG_MAG_BITS;
         uint32_t m = moe_wg_bring(w, moe_wg_mag_rot(j), kept) & kept;
         if (TWO) m = mul_bf16x2(m, 0x7E807E80u); /* 2^126: the code's own value */
-        a[j] = mul_bf16x2(m, sc[j]);
+        a[j] = mul_bf16x2_by_half<BLOCK>(m, j % 2 == 0 ? row_g : row_g8);
         if (!own_sign) a[j] ^= moe_wg_bring(w, moe_wg_sign_rot(j), MOE_WG_SIGN_BITS) & MOE_WG_SIGN_BITS;
     }
 }
@@ -149,12 +171,13 @@ __device__ __forceinline__ void keep_regs(uint32_t (&a)[4][4]) {
  * limit. */
 template <bool TWO>
 __device__ __forceinline__ void decode_words_as(const uint32_t (&w)[4], uint32_t sw, uint32_t (&a)[4][4]) {
-    uint32_t sc[4];
-#pragma unroll
-    for (int b = 0; b < 4; b++) sc[b] = TWO ? scale_two_products(sw, b) : scale_one_product(sw, b);
-    const uint32_t lo[4] = {sc[0], sc[1], sc[0], sc[1]}, hi[4] = {sc[2], sc[3], sc[2], sc[3]};
-#pragma unroll
-    for (int s = 0; s < 4; s++) decode_word<TWO>(w[s], s < 2 ? lo : hi, a[s]);
+    uint32_t row_g, row_g8;
+    if (TWO) scale_pairs_two_products(sw, row_g, row_g8);
+    else scale_pairs_one_product(sw, row_g, row_g8);
+    decode_word<TWO, 0>(w[0], row_g, row_g8, a[0]);
+    decode_word<TWO, 0>(w[1], row_g, row_g8, a[1]);
+    decode_word<TWO, 1>(w[2], row_g, row_g8, a[2]);
+    decode_word<TWO, 1>(w[3], row_g, row_g8, a[3]);
 }
 __device__ __forceinline__ void decode_words(const uint32_t (&w)[4], uint32_t sw, bool two, uint32_t (&a)[4][4]) {
     if (two) decode_words_as<true>(w, sw, a);
