@@ -37,8 +37,8 @@
  *     without bound tests, on one descriptor and running pointers, with the choice of one or
  *     two products and (32-row tiles) wgmma's n made once a stage; a stage inside Kdim copies
  *     its activations without bound tests; the unsplit kernels are held to 64 registers (four
- *     blocks a multiprocessor). A 16-row chunk takes 84 instructions, a 32-row one 85 (n = 16),
- *     92 and 102 two runs before (docs/perf-cuda.md, seventeenth and eighteenth runs);
+ *     blocks a multiprocessor). A 16-row chunk takes 83 instructions, a 32-row one 84 (n = 16),
+ *     92 and 102 three runs before (docs/perf-cuda.md, seventeenth to nineteenth runs);
  *   - KS > 1 (a few tokens): block ks of a tile takes chunks [ks n/KS, (ks+1) n/KS) and the
  *     last block to finish adds the KS slices' sums in slice order;
  *   - wgmma's n is the tile's real rows rounded up to 16 (wg_mma_cols), not BN: 3 % off the
@@ -100,9 +100,11 @@ template <int H> __device__ __forceinline__ uint32_t mul_bf16x2_by_half(uint32_t
 /* The scales of a lane's two rows as bf16 pairs, from its scale word sw (bytes 0, 1: rows g,
  * g + 8 of the chunk's first 32 values; bytes 2, 3: of its last 32): row g's pair (byte 0, byte
  * 2) and row g + 8's (byte 1, byte 3). One product: 2^(e - 1), the byte times 2^7 plus 126 << 7
- * (e <= 128); two products: 2^(e - 127) (e = 0: the subnormal 2^-127), exactly. */
+ * (e <= 128); two products: 2^(e - 127) (e = 0: the subnormal 2^-127), exactly. Each pair of
+ * one product is a byte permute and a shift-add (a mask for row g's took ptxas three
+ * instructions: a shift, a mask and an add). */
 __device__ __forceinline__ void scale_pairs_one_product(uint32_t sw, uint32_t &row_g, uint32_t &row_g8) {
-    row_g = (sw & 0x00FF00FFu) * 0x80u + 0x3F003F00u;
+    row_g = __byte_perm(sw, 0u, 0x4240u) * 0x80u + 0x3F003F00u;
     row_g8 = __byte_perm(sw, 0u, 0x4341u) * 0x80u + 0x3F003F00u;
 }
 __device__ __forceinline__ uint32_t scale_two_products(uint32_t sw, int byte) {
