@@ -91,7 +91,7 @@ struct cuda_state {
     void *lt_ws_routed, *lt_ws_sinks;
     moe_cuda_lt_plan gate_plan, sink1_plan, sink2_plan;
     /* resident weights */
-    uint16_t *gate_w;   /* [G, D] */
+    uint16_t *gate_w;   /* [G, D], then zero rows up to moe_cuda_gate_rows(G) */
     float *gate_bias;   /* [R] or NULL */
     moe_cuda_experts experts;
     uint16_t *sink_w13; /* [S*2*SIL, D] */
@@ -100,7 +100,7 @@ struct cuda_state {
     int T_cap;
     void *ws;
     uint16_t *x;        /* [T, D] */
-    float *logits;      /* [T, G] */
+    float *logits;      /* [T, G], rows moe_cuda_gate_rows(G) apart */
     int32_t *ids;       /* [T, K] */
     float *weights;     /* [T, K+S] */
     int32_t *bad;       /* [T] */
@@ -261,18 +261,26 @@ void cuda_destroy(void *p) {
     free(s);
 }
 
-/* Queues a copy of n bytes of host memory to a new device buffer on stream (NULL host or n = 0:
- * nothing). The caller synchronises the stream before it frees or reuses src. */
-moe_status upload(void **dst, const void *src, size_t n, const char *name, cudaStream_t stream,
-                  moe_error *err) {
+/* Queues a copy of n bytes of host memory to a new device buffer of `size` >= n bytes, zero past
+ * n, on stream (NULL host or n = 0: nothing). The caller synchronises the stream before it frees
+ * or reuses src. */
+moe_status upload_padded(void **dst, const void *src, size_t n, size_t size, const char *name,
+                         cudaStream_t stream, moe_error *err) {
     *dst = NULL;
     if (!src || n == 0) return MOE_OK;
-    cudaError_t e = cudaMalloc(dst, n);
+    cudaError_t e = cudaMalloc(dst, size);
     if (e == cudaSuccess) e = cudaMemcpyAsync(*dst, src, n, cudaMemcpyHostToDevice, stream);
+    if (e == cudaSuccess && size > n) e = cudaMemsetAsync((char *)*dst + n, 0, size - n, stream);
     if (e != cudaSuccess)
         return moe_fail(err, MOE_ERR_DEVICE, "cuda: uploading %s (%zu bytes) failed: %s", name, n,
                         cudaGetErrorString(e));
     return MOE_OK;
+}
+
+/* The same, no padding. */
+moe_status upload(void **dst, const void *src, size_t n, const char *name, cudaStream_t stream,
+                  moe_error *err) {
+    return upload_padded(dst, src, n, n, name, stream, err);
 }
 
 /* Waits for the uploads queued on the routed stream: create() returns with the weights on the
@@ -286,7 +294,8 @@ moe_status upload_weights(cuda_state *s, const moe_shard *sh, moe_error *err) {
     const size_t D = (size_t)s->D, IL = (size_t)s->IL, E = (size_t)s->E, S = (size_t)s->S;
     const size_t SIL = (size_t)s->SIL;
     cudaStream_t up = s->routed;
-    moe_status st = upload((void **)&s->gate_w, sh->gate_w, (size_t)s->G * D * 2, "gate_w", up, err);
+    moe_status st = upload_padded((void **)&s->gate_w, sh->gate_w, (size_t)s->G * D * 2,
+                                  (size_t)moe_cuda_gate_rows(s->G) * D * 2, "gate_w", up, err);
     if (!st) st = upload((void **)&s->gate_bias, sh->gate_bias, (size_t)s->R * 4, "gate_bias", up, err);
     moe_cuda_experts *ex = &s->experts;
     ex->E = s->E, ex->D = s->D, ex->IL = s->IL;
@@ -429,7 +438,7 @@ moe_status ensure_workspace(cuda_state *s, int T, moe_error *err) {
         split ? moe_cuda_wgmma_split_counters(split_T, s->K, s->E, s->D, s->IL) : 0;
     const size_t sizes[] = {
         t * D * 2,                                                  /* x */
-        t * (size_t)s->G * 4,                                       /* logits */
+        t * (size_t)moe_cuda_gate_rows(s->G) * 4,                   /* logits */
         t * K * 4,                                                  /* ids */
         t * (K + S) * 4,                                            /* weights */
         t * 4,                                                      /* bad */
@@ -575,8 +584,10 @@ moe_status copy_stages(cuda_state *s, int T, moe_stages *stg, moe_error *err) {
     cudaStream_t st = s->routed;
     stg->filled = moe_stages_wanted(stg); /* the shared rule; T = 0 writes nothing */
     if (T == 0) return MOE_OK;
+    const size_t G = (size_t)s->G, ldl = (size_t)moe_cuda_gate_rows(s->G);
     if (stg->logits)
-        CUDA_TRY(cudaMemcpyAsync(stg->logits, s->logits, t * s->G * 4, cudaMemcpyDeviceToHost, st));
+        CUDA_TRY(cudaMemcpy2DAsync(stg->logits, G * 4, s->logits, ldl * 4, G * 4, t,
+                                   cudaMemcpyDeviceToHost, st));
     if (stg->topk_ids)
         CUDA_TRY(cudaMemcpyAsync(stg->topk_ids, s->ids, t * K * 4, cudaMemcpyDeviceToHost, st));
     if (stg->topk_weights)
@@ -743,8 +754,8 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, bool t
             s->perm, s->tiles, s->n_tiles};
         TRY(moe_cuda_front_small(st, &front, err));
     } else {
-        TRY(moe_cuda_lt_plan_for(s->lt, &s->gate_plan, s->G, D, T, CUDA_R_32F, 0, LT_WORKSPACE_BYTES,
-                                 err));
+        TRY(moe_cuda_lt_plan_for(s->lt, &s->gate_plan, moe_cuda_gate_rows(s->G), D, T, CUDA_R_32F,
+                                 0, LT_WORKSPACE_BYTES, err));
         TRY(moe_cuda_lt_run(s->lt, &s->gate_plan, s->gate_w, x, s->logits, s->lt_ws_routed,
                             LT_WORKSPACE_BYTES, st, err));
     }
@@ -957,7 +968,8 @@ moe_status cuda_route(void *p, int T, const float *logits, int32_t *ids, float *
     TRY(ensure_workspace(s, T, err));
     const size_t t = (size_t)T;
     cudaStream_t st = s->routed;
-    CUDA_TRY(cudaMemcpyAsync(s->logits, logits, t * s->G * 4, cudaMemcpyHostToDevice, st));
+    CUDA_TRY(cudaMemcpy2DAsync(s->logits, (size_t)moe_cuda_gate_rows(s->G) * 4, logits,
+                               (size_t)s->G * 4, (size_t)s->G * 4, t, cudaMemcpyHostToDevice, st));
     TRY(moe_cuda_route(st, T, s->D, s->R, s->K, s->S, s->shard->cfg.route_scale,
                        s->shard->global_scale, NULL, s->logits, s->gate_bias, s->ids, s->weights,
                        NULL, err));

@@ -31,8 +31,9 @@
 
 namespace {
 
-/* Block e: logits [T, G] column e from x [T, D] and gate_w [G, D]; the last block: routing and
- * grouping of the T tokens (shapes as moe_cuda_front_args). */
+/* Block e: logits [T, G] (rows moe_cuda_gate_rows(G) apart) column e from x [T, D] and gate_w
+ * [G, D]; the last block: routing and grouping of the T tokens (shapes as
+ * moe_cuda_front_args). */
 __global__ void __launch_bounds__(FRONT_THREADS) front_small_kernel(moe_cuda_front_args a,
                                                                     size_t route_warp_bytes,
                                                                     int route_warps) {
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(FRONT_THREADS) front_small_kernel(moe_cuda_fro
     if ((int)threadIdx.x < T) {
         float sum = 0.0f;
         for (int k = 0; k < FRONT_WARPS; k++) sum += warp_sums[k][threadIdx.x];
-        a.logits[(size_t)threadIdx.x * G + e] = sum;
+        a.logits[(size_t)threadIdx.x * moe_cuda_gate_rows(G) + e] = sum;
         __threadfence(); /* this logit is visible device-wide before the ticket is drawn */
     }
     __syncthreads();

@@ -87,9 +87,10 @@ static inline int moe_cuda_tile_bound(int T, int K, int E, int tile_m) {
 /* ---------------------------------------------------------------- small-T front (cuda_front_small.cu) */
 
 /* What the small-T front end reads and writes. x [T, D] bf16, gate_w [G, D] bf16, bias [R] or
- * NULL -> logits [T, G] fp32 (fp32 sums in one fixed order), ids [T, K], weights [T, K+S],
- * bad [T]; ticket [1], zero between launches. Grouping when tile_m > 0 (as moe_cuda_group):
- * chunk_counts (scratch), counts [E], perm [E, T], tiles, n_tiles [1]. */
+ * NULL -> logits [T, G] fp32, rows moe_cuda_gate_rows(G) apart (fp32 sums in one fixed order),
+ * ids [T, K], weights [T, K+S], bad [T]; ticket [1], zero between launches. Grouping when
+ * tile_m > 0 (as moe_cuda_group): chunk_counts (scratch), counts [E], perm [E, T], tiles,
+ * n_tiles [1]. */
 typedef struct {
     int T, D, G, R, K, S;
     float route_scale, global_scale;
@@ -135,10 +136,17 @@ moe_status moe_cuda_sinks_small_gemm2(cudaStream_t stream, int sm_count, int T, 
 
 /* ---------------------------------------------------------------- routing (cuda_route.cu) */
 
+/* The gate's rows on the device, the real G and zero rows up to a multiple of 8, and so the row
+ * stride of the logits [T, G] (elements). For G = 258 (Inkling's 256 + 2) cuBLASLt chose an
+ * Ampere kernel at 45-106 TFLOP/s; for 264 rows its Hopper kernels, 2.9x faster at T = 4096
+ * (docs/perf-cuda.md, twentieth run). */
+__host__ __device__ static inline int moe_cuda_gate_rows(int G) { return (G + 7) / 8 * 8; }
+
 /* Selection and weights, one warp per token, exactly as common/routing.c computes them.
- * logits [T, R+S] fp32 (rows of non-finite tokens are overwritten with NaN), bias [R] or NULL,
- * x [T, D] bf16 or NULL (NULL: every row counts as finite, the `route` entry),
- * ids [T, K], weights [T, K+S], bad [T] (1 for a token whose x row holds NaN/inf) or NULL. */
+ * logits [T, R+S] fp32, rows moe_cuda_gate_rows(R+S) apart (rows of non-finite tokens are
+ * overwritten with NaN), bias [R] or NULL, x [T, D] bf16 or NULL (NULL: every row counts as
+ * finite, the `route` entry), ids [T, K], weights [T, K+S], bad [T] (1 for a token whose x row
+ * holds NaN/inf) or NULL. */
 moe_status moe_cuda_route(cudaStream_t stream, int T, int D, int R, int K, int S,
                           float route_scale, float global_scale, const uint16_t *x,
                           float *logits, const float *bias, int32_t *ids, float *weights,

@@ -103,10 +103,10 @@ __device__ __forceinline__ bool row_nonfinite_warp(const uint16_t *row, int D) {
     return __any_sync(0xFFFFFFFFu, nonfinite);
 }
 
-/* Warp-wide: routes token t. logits [T, R+S] (the row is read through L2, so a block may route
- * logits other blocks of the same kernel wrote), bias [R] or NULL, x [T, D] or NULL (NULL:
- * finite), ids [T, K], weights [T, K+S], bad [T] or NULL; smem: route_warp_smem(R, K, S) bytes,
- * 8-aligned, this warp's own. */
+/* Warp-wide: routes token t. logits [T, R+S], rows moe_cuda_gate_rows(R+S) apart (the row is
+ * read through L2, so a block may route logits other blocks of the same kernel wrote), bias [R]
+ * or NULL, x [T, D] or NULL (NULL: finite), ids [T, K], weights [T, K+S], bad [T] or NULL; smem:
+ * route_warp_smem(R, K, S) bytes, 8-aligned, this warp's own. */
 __device__ void route_token_warp(int t, int D, int R, int K, int S, float route_scale,
                                  float global_scale, const uint16_t *x, float *logits,
                                  const float *bias, int32_t *ids, float *weights, int32_t *bad,
@@ -115,7 +115,7 @@ __device__ void route_token_warp(int t, int D, int R, int K, int S, float route_
     uint32_t *key = reinterpret_cast<uint32_t *>(smem);                    /* [R] */
     int *picked = reinterpret_cast<int *>(smem + (size_t)R * 4);           /* [K] */
     double *terms = reinterpret_cast<double *>(smem + route_terms_offset(R, K)); /* [K+S] */
-    float *l = logits + (size_t)t * G;
+    float *l = logits + (size_t)t * moe_cuda_gate_rows(G);
     int32_t *ids_t = ids + (size_t)t * K;
     float *w_t = weights + (size_t)t * n;
 
