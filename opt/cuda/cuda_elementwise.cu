@@ -3,8 +3,8 @@
  *
  * Rules:
  *   - sink SwiGLU (contract.md [math.sinks], [precision]): g and u arrive as bf16 from the sink
- *     GEMM1; h = silu(g) * u * gamma_s in double (as the reference computes it), rounded once,
- *     through fp32, to bf16;
+ *     GEMM1; h = silu(g) * u * gamma_s in fp32 (silu_product, cuda_device.cuh), rounded once to
+ *     bf16;
  *   - combine (contract.md [math.output], [precision]): per output element, in fp32 and in a fixed
  *     order, the routed slots k = 0..K-1 whose expert is local (w_k * y_k, fused multiply-add),
  *     then the sink sum; one rounding to bf16. No atomics: the result is bitwise reproducible;
@@ -12,7 +12,7 @@
  *   - stage rows follow moe_stages: routed rows of bad tokens or non-local slots hold 0, sink
  *     rows of bad tokens hold NaN.
  */
-#include "cuda_internal.h"
+#include "cuda_device.cuh"
 
 #include <cuda_bf16.h>
 #include <math.h>
@@ -21,11 +21,6 @@
 #define ELEMENTWISE_THREADS 256
 
 namespace {
-
-__device__ uint16_t bf16_bits(float v) {
-    __nv_bfloat16 b = __float2bfloat16_rn(v);
-    return *reinterpret_cast<uint16_t *>(&b);
-}
 
 __device__ float bf16_value(uint16_t bits) { return __uint_as_float((uint32_t)bits << 16); }
 
@@ -38,13 +33,11 @@ __device__ float bf16_value(uint16_t bits) { return __uint_as_float((uint32_t)bi
 __global__ void sink_swiglu_kernel(int K, int S, int SIL, const uint16_t *gu,
                                    const float *weights, uint16_t *h) {
     const int t = blockIdx.x, s = blockIdx.y;
-    const double gamma = (double)weights[(size_t)t * (K + S) + K + s];
+    const float gamma = weights[(size_t)t * (K + S) + K + s];
     const uint16_t *gu_row = gu + ((size_t)t * S + s) * 2 * SIL;
     uint16_t *h_row = h + ((size_t)t * S + s) * SIL;
     for (int j = blockIdx.z * blockDim.x + threadIdx.x; j < SIL; j += gridDim.z * blockDim.x) {
-        const double g = (double)bf16_value(gu_row[2 * j]);
-        const double u = (double)bf16_value(gu_row[2 * j + 1]);
-        h_row[j] = bf16_bits((float)(g / (1.0 + exp(-g)) * u * gamma));
+        h_row[j] = bf16_bits(silu_product(bf16_value(gu_row[2 * j]), bf16_value(gu_row[2 * j + 1]), gamma));
     }
 }
 
