@@ -17,8 +17,8 @@
  *     as on the tensor cores; each lane sums its 32-value chunks in k order and the warp adds
  *     the lanes' partials by a fixed butterfly, so a token's result does not depend on T, on
  *     the tile it shares or on the launch;
- *   - GEMM1's epilogue is cuda_experts.cu's: g, u rounded to bf16, silu(g) * u in double,
- *     h rounded once through fp32 to bf16.
+ *   - GEMM1's epilogue is cuda_experts.cu's: g, u rounded to bf16, silu(g) * u in fp32,
+ *     h rounded once to bf16.
  *
  * Measured (docs/perf-cuda.md): 780-850 GB/s at T = 1, about 1 TB/s at T = 8, well under the
  * copy ceiling. A version with a register double buffer over several row pairs per warp was

@@ -26,7 +26,7 @@
  *     (E2M1 values have two significant bits) and summed in fp32, as on every tensor-core path;
  *   - GEMM1's rows g and g + 8 are the gate and up rows of one intermediate channel (w13 is
  *     interleaved), so SwiGLU is done in registers with cuda_experts.cu's epilogue: g, u
- *     rounded to bf16, silu(g) * u in double, h rounded once through fp32 to bf16;
+ *     rounded to bf16, silu(g) * u in fp32, h rounded once to bf16;
  *   - the four threads of a row fetch the scales of four consecutive blocks, one each, and
  *     share them by shuffles (a byte load per thread and block loaded the L1 for nothing);
  *   - MXFP4 only (NVFP4's 16-value blocks take the tensor-core kernels).
