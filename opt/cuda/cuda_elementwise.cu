@@ -24,20 +24,35 @@ namespace {
 
 __device__ float bf16_value(uint16_t bits) { return __uint_as_float((uint32_t)bits << 16); }
 
-/* gu [T, S*2*SIL], weights [T, K+S], h [T, S*SIL]; grid (T, S, Z). Up to SWIGLU_SPREAD_MAX_T
- * tokens Z = ceil(SIL / threads), one channel a thread, so that its loads and gamma's are one
- * round trip (a loop of them took 7-12 us at T = 1 against 4-7, docs/perf-cuda.md);
- * above, Z = 1 and each thread loops over the channels (fewer, larger blocks beside the routed
- * GEMMs). */
+/* gu [T, S*2*SIL], weights [T, K+S], h [T, S*SIL]; grid (T, S, Z). VEC channels a thread: 4
+ * where SIL % 4 == 0 (one 16-byte load of four (g, u) pairs, one 8-byte store of four h; the rows
+ * are then 16- and 8-byte aligned), else 1. Up to SWIGLU_SPREAD_MAX_T tokens Z = ceil(SIL / (VEC
+ * threads)), VEC channels a thread, so that its loads and gamma's are one round trip (a loop of
+ * them took 7-12 us at T = 1 against 4-7, docs/perf-cuda.md); above, Z = 1 and each thread loops
+ * (fewer, larger blocks beside the routed GEMMs). */
 #define SWIGLU_SPREAD_MAX_T 64
+template <int VEC>
 __global__ void sink_swiglu_kernel(int K, int S, int SIL, const uint16_t *gu,
                                    const float *weights, uint16_t *h) {
     const int t = blockIdx.x, s = blockIdx.y;
     const float gamma = weights[(size_t)t * (K + S) + K + s];
     const uint16_t *gu_row = gu + ((size_t)t * S + s) * 2 * SIL;
     uint16_t *h_row = h + ((size_t)t * S + s) * SIL;
-    for (int j = blockIdx.z * blockDim.x + threadIdx.x; j < SIL; j += gridDim.z * blockDim.x) {
-        h_row[j] = bf16_bits(silu_product(bf16_value(gu_row[2 * j]), bf16_value(gu_row[2 * j + 1]), gamma));
+    /* word w holds g in its low half, u in its high half */
+    auto h_of = [&](uint32_t w) {
+        return bf16_bits(silu_product(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u), gamma));
+    };
+    const int step = (int)(gridDim.z * blockDim.x) * VEC;
+    for (int j = (int)(blockIdx.z * blockDim.x + threadIdx.x) * VEC; j < SIL; j += step) {
+        if (VEC == 4) {
+            const uint4 q = *reinterpret_cast<const uint4 *>(gu_row + 2 * j);
+            uint2 o;
+            o.x = (uint32_t)h_of(q.x) | (uint32_t)h_of(q.y) << 16;
+            o.y = (uint32_t)h_of(q.z) | (uint32_t)h_of(q.w) << 16;
+            *reinterpret_cast<uint2 *>(h_row + j) = o;
+        } else {
+            h_row[j] = h_of((uint32_t)gu_row[2 * j] | (uint32_t)gu_row[2 * j + 1] << 16);
+        }
     }
 }
 
@@ -143,9 +158,13 @@ moe_status moe_cuda_sink_swiglu(cudaStream_t stream, int T, int K, int S, int SI
                                 const uint16_t *gu, const float *weights, uint16_t *h,
                                 moe_error *err) {
     if (T == 0 || S == 0 || SIL == 0) return MOE_OK;
-    const unsigned spread = T <= SWIGLU_SPREAD_MAX_T ? blocks_for(SIL) : 1u;
-    sink_swiglu_kernel<<<dim3((unsigned)T, (unsigned)S, spread), ELEMENTWISE_THREADS, 0, stream>>>(
-        K, S, SIL, gu, weights, h);
+    const bool quads = SIL % 4 == 0 && (uintptr_t)gu % 16 == 0 && (uintptr_t)h % 8 == 0;
+    const int threads_needed = quads ? SIL / 4 : SIL;
+    const dim3 grid((unsigned)T, (unsigned)S, T <= SWIGLU_SPREAD_MAX_T ? blocks_for(threads_needed) : 1u);
+    if (quads)
+        sink_swiglu_kernel<4><<<grid, ELEMENTWISE_THREADS, 0, stream>>>(K, S, SIL, gu, weights, h);
+    else
+        sink_swiglu_kernel<1><<<grid, ELEMENTWISE_THREADS, 0, stream>>>(K, S, SIL, gu, weights, h);
     LAUNCH_CHECK("sink_swiglu_kernel");
     return MOE_OK;
 }
