@@ -158,7 +158,8 @@ moe_status moe_cuda_sink_swiglu(cudaStream_t stream, int T, int K, int S, int SI
                                 const uint16_t *gu, const float *weights, uint16_t *h,
                                 moe_error *err) {
     if (T == 0 || S == 0 || SIL == 0) return MOE_OK;
-    const bool quads = SIL % 4 == 0 && (uintptr_t)gu % 16 == 0 && (uintptr_t)h % 8 == 0;
+    const bool quads = T > SWIGLU_SPREAD_MAX_T && SIL % 4 == 0 && (uintptr_t)gu % 16 == 0 &&
+                       (uintptr_t)h % 8 == 0;
     const int threads_needed = quads ? SIL / 4 : SIL;
     const dim3 grid((unsigned)T, (unsigned)S, T <= SWIGLU_SPREAD_MAX_T ? blocks_for(threads_needed) : 1u);
     if (quads)
