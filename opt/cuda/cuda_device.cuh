@@ -8,6 +8,7 @@
 #define INKLING_CUDA_DEVICE_CUH
 
 #include "cuda_internal.h"
+#include "cuda_silu.h"
 
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -23,25 +24,10 @@ __device__ __forceinline__ uint16_t bf16_bits(float v) {
     return *reinterpret_cast<uint16_t *>(&b);
 }
 
-/* silu(g) u gamma for bf16 values g, u (gamma = 1 for the routed experts), in fp32:
- * contract.md [precision.serving] 3 admits an fp32 evaluation within its own error, and
- * docs/tolerances.md widens h by 16 u |h| for it. Here expf (at most 2 ulp), the sum, the
- * quotient and the two products make at most 8 u. Where fp32 would lose digits (exp(g) near
- * fp32's overflow, a result near its subnormals) the expression is evaluated in double, as the
- * reference evaluates it everywhere: at g >= -80 exp(-g) stays below 6e34, and a result above
- * 2^-100 is normal however it was reached. NaN takes the double branch too. */
-__device__ __forceinline__ float silu_product(float g, float u, float gamma) {
-    if (g >= -80.0f) {
-        const float h = g / (1.0f + expf(-g)) * u * gamma;
-        if (fabsf(h) >= 0x1p-100f || g == 0.0f || u == 0.0f) return h;
-    }
-    return (float)((double)g / (1.0 + exp(-(double)g)) * (double)u * (double)gamma);
-}
-
 /* h = bf16(silu(bf16 g) * bf16 u): g and u from fp32 sums rounded to bf16, h rounded once to
  * bf16 bits. */
 __device__ __forceinline__ uint16_t swiglu_bits(float g_sum, float u_sum) {
-    return bf16_bits(silu_product(round_bf16(g_sum), round_bf16(u_sum), 1.0f));
+    return bf16_bits(moe_silu_product(round_bf16(g_sum), round_bf16(u_sum), 1.0f));
 }
 
 /* E8M0 scale byte to fp32, exactly (2^-127 is an fp32 subnormal). */

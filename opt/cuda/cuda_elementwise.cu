@@ -3,7 +3,7 @@
  *
  * Rules:
  *   - sink SwiGLU (contract.md [math.sinks], [precision]): g and u arrive as bf16 from the sink
- *     GEMM1; h = silu(g) * u * gamma_s in fp32 (silu_product, cuda_device.cuh), rounded once to
+ *     GEMM1; h = silu(g) * u * gamma_s in fp32 (moe_silu_product, cuda_silu.h), rounded once to
  *     bf16;
  *   - combine (contract.md [math.output], [precision]): per output element, in fp32 and in a fixed
  *     order, the routed slots k = 0..K-1 whose expert is local (w_k * y_k, fused multiply-add),
@@ -40,7 +40,7 @@ __global__ void sink_swiglu_kernel(int K, int S, int SIL, const uint16_t *gu,
     uint16_t *h_row = h + ((size_t)t * S + s) * SIL;
     /* word w holds g in its low half, u in its high half */
     auto h_of = [&](uint32_t w) {
-        return bf16_bits(silu_product(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u), gamma));
+        return bf16_bits(moe_silu_product(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u), gamma));
     };
     const int step = (int)(gridDim.z * blockDim.x) * VEC;
     for (int j = (int)(blockIdx.z * blockDim.x + threadIdx.x) * VEC; j < SIL; j += step) {

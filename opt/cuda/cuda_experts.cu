@@ -17,7 +17,7 @@
  *     output, so results do not depend on the launch or on other tokens;
  *   - GEMM1 (x [T, D] rows gathered by token) produces the interleaved g/u columns of w13;
  *     its epilogue rounds g and u to bf16, computes silu(g) * u from them in fp32
- *     (silu_product, cuda_device.cuh) and rounds h once to bf16;
+ *     (moe_silu_product, cuda_silu.h) and rounds h once to bf16;
  *   - GEMM2 (h rows of the group) writes y = W2 h in fp32 to the assignment's row.
  */
 #include "cuda_device.cuh"
