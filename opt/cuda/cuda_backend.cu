@@ -707,13 +707,15 @@ const expert_kernels wgmma_kernels[] = {
 };
 
 /* The wgmma tile (rows of one expert) for T tokens, from the T * K / R rows an expert has on
- * average. Measured (docs/device-notes.md): 16 at T = 64 (1.5 rows an expert), 32 at T = 512
- * (12 rows; 2196 against 2500 us with 16), 128 at T = 4096 (96 rows; 6313 against 7196 with
- * 64 and 8748 with 32). */
+ * average. Measured (docs/device-notes.md): 16 at T = 64 (1.5 rows an expert); 16 up to 6 rows
+ * (serving graph at T = 256: 920-933 us against 960-973 with 32; T = 298: 983-994 against
+ * 1006-1012), a tie at 7 (T = 320), 32 from 9 (T = 384: 1089-1093 against 1122-1128 with 16;
+ * T = 512: 1170-1175 against 1307-1319); 128 at T = 4096 (96 rows; 6313 against 7196 with 64
+ * and 8748 with 32). */
 const expert_kernels *wgmma_for(const cuda_state *s, int T) {
     const long rows_per_expert = (long)T * s->K / (s->R > 0 ? s->R : 1);
     if (T <= MOE_CUDA_WG_SPLIT_MAX_T) return &wgmma_kernels[3];
-    return rows_per_expert <= 4    ? &wgmma_kernels[0]
+    return rows_per_expert <= 6    ? &wgmma_kernels[0]
            : rows_per_expert <= 32 ? &wgmma_kernels[1]
                                    : &wgmma_kernels[2];
 }
