@@ -29,6 +29,11 @@ __device__ __forceinline__ uint16_t bf16_bits(float v) {
 __device__ __forceinline__ uint16_t swiglu_bits(float g_sum, float u_sum) {
     return bf16_bits(moe_silu_product(round_bf16(g_sum), round_bf16(u_sum), 1.0f));
 }
+/* The same from fp32 alone, without a branch: *stands says whether it is h (else swiglu_bits
+ * takes the double branch). */
+__device__ __forceinline__ uint16_t swiglu_bits_fp32(float g_sum, float u_sum, int *stands) {
+    return bf16_bits(moe_silu_product_fp32(round_bf16(g_sum), round_bf16(u_sum), 1.0f, stands));
+}
 
 /* E8M0 scale byte to fp32, exactly (2^-127 is an fp32 subnormal). */
 __device__ __forceinline__ float e8m0(uint32_t b) {

@@ -13,6 +13,7 @@
  *     rows of bad tokens hold NaN.
  */
 #include "cuda_device.cuh"
+#include "cuda_stages.h"
 
 #include <cuda_bf16.h>
 #include <math.h>
@@ -168,6 +169,54 @@ moe_status moe_cuda_sink_swiglu(cudaStream_t stream, int T, int K, int S, int SI
         sink_swiglu_kernel<1><<<grid, ELEMENTWISE_THREADS, 0, stream>>>(K, S, SIL, gu, weights, h);
     LAUNCH_CHECK("sink_swiglu_kernel");
     return MOE_OK;
+}
+
+namespace {
+
+/* g, u, gamma, h [n] */
+__global__ void silu_products_kernel(int n, const float *g, const float *u, const float *gamma,
+                                     float *h) {
+    const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) h[i] = moe_silu_product(g[i], u[i], gamma[i]);
+}
+
+/* The four arrays through one device buffer [4][n]. */
+moe_status silu_on_stream(cudaStream_t st, float *buf, int n, const float *g, const float *u,
+                          const float *gamma, float *h, moe_error *err) {
+    const size_t bytes = (size_t)n * sizeof(float);
+    CUDA_TRY(cudaMemcpyAsync(buf, g, bytes, cudaMemcpyHostToDevice, st));
+    CUDA_TRY(cudaMemcpyAsync(buf + n, u, bytes, cudaMemcpyHostToDevice, st));
+    CUDA_TRY(cudaMemcpyAsync(buf + 2 * (size_t)n, gamma, bytes, cudaMemcpyHostToDevice, st));
+    silu_products_kernel<<<blocks_for(n), ELEMENTWISE_THREADS, 0, st>>>(n, buf, buf + n, buf + 2 * (size_t)n,
+                                                                       buf + 3 * (size_t)n);
+    LAUNCH_CHECK("silu_products_kernel");
+    CUDA_TRY(cudaMemcpyAsync(h, buf + 3 * (size_t)n, bytes, cudaMemcpyDeviceToHost, st));
+    CUDA_TRY(cudaStreamSynchronize(st));
+    return MOE_OK;
+}
+
+} // namespace
+
+extern "C" moe_status moe_cuda_silu_run(int device, int n, const float *g, const float *u,
+                                        const float *gamma, float *h, moe_error *err) {
+    if (n < 0 || (n > 0 && (!g || !u || !gamma || !h)))
+        return moe_fail(err, MOE_ERR_ARG, "cuda silu: bad arguments (n %d)", n);
+    if (n == 0) return MOE_OK;
+    CUDA_TRY(cudaSetDevice(device));
+    cudaStream_t st = NULL;
+    CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    float *buf = NULL;
+    moe_status s = MOE_OK;
+    const cudaError_t e = cudaMalloc((void **)&buf, 4 * (size_t)n * sizeof(float));
+    if (e != cudaSuccess)
+        s = moe_fail(err, MOE_ERR_DEVICE, "cuda: cudaMalloc of the silu buffers failed: %s",
+                     cudaGetErrorString(e));
+    else
+        s = silu_on_stream(st, buf, n, g, u, gamma, h, err);
+    cudaStreamSynchronize(st); /* after a failure too, before the buffer goes */
+    cudaFree(buf);
+    cudaStreamDestroy(st);
+    return s;
 }
 
 moe_status moe_cuda_combine(cudaStream_t stream, int T, int D, int K, int S, int E,

@@ -308,17 +308,43 @@ __device__ __forceinline__ bool store_tile(const stream_args &p, wg_split split,
         });
         if (tid == 0) split.counters[pair] = 0; /* ready for the next launch */
     }
-    each_real_column([&](float &lo, float &hi, int m) {
-        const size_t a = (size_t)row_src[m];
-        if (STAGE == 1) {
-            const int c = 64 * rt + 8 * my_warp + g;
-            if (c < p.N / 2) p.h_out[a * (p.N / 2) + c] = swiglu_bits(lo, hi);
-        } else {
+    if (STAGE == 1) {
+        /* h of every column from fp32 alone, without a branch, so that the columns' chains
+         * interleave (a branch a column left each chain exposed: 3.2 us of a 128-row block's
+         * epilogue, docs/perf-cuda.md); a column where fp32 does not stand is written again,
+         * by the same thread, from the double branch: GEMM2 reads h only after the count */
+        const int c = 64 * rt + 8 * my_warp + g;
+        /* 128-row tiles: groups of 32 columns, those past the tile's rows skipped (a test the
+         * block takes alike); the small tiles in one group, with no test (one made the 32-row
+         * tiles' layer 1.5 % slower at T = 512) */
+        constexpr int J_GROUP = BN == 128 ? 4 : BN / 8;
+        int all_stand = 1;
+#pragma unroll
+        for (int j0 = 0; j0 < BN / 8; j0 += J_GROUP) {
+            if (J_GROUP < BN / 8 && 8 * j0 >= rows) break;
+#pragma unroll
+            for (int j = j0; j < j0 + J_GROUP; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int m = 8 * j + 2 * t + e;
+                    int stands;
+                    const uint16_t h = swiglu_bits_fp32(acc[4 * j + e], acc[4 * j + 2 + e], &stands);
+                    all_stand &= stands;
+                    if (m < rows && c < p.N / 2) p.h_out[(size_t)row_src[m] * (p.N / 2) + c] = h;
+                }
+        }
+        if (!all_stand)
+            each_real_column([&](float &lo, float &hi, int m) {
+                if (c < p.N / 2) p.h_out[(size_t)row_src[m] * (p.N / 2) + c] = swiglu_bits(lo, hi);
+            });
+    } else {
+        each_real_column([&](float &lo, float &hi, int m) {
+            const size_t a = (size_t)row_src[m];
             const int r = WG_ROWS * rt + 16 * my_warp + g;
             if (r < p.N) p.y_out[a * p.N + r] = lo;
             if (r + 8 < p.N) p.y_out[a * p.N + r + 8] = hi;
-        }
-    });
+        });
+    }
     return true;
 }
 

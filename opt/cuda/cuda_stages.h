@@ -31,6 +31,12 @@ moe_status moe_cuda_group_run(int device, int T, int K, int E, int expert_first,
                               const int32_t *ids, const int32_t *bad, int32_t *counts,
                               int32_t *perm, int32_t *tiles, int32_t *n_tiles, moe_error *err);
 
+/* h[i] = moe_silu_product(g[i], u[i], gamma[i]) (cuda_silu.h) as the GPU computes it, for i <
+ * n, on device `device`: the expression of every GEMM1 epilogue and of the sinks' SwiGLU, whose
+ * error bound tests/test_cuda_silu.c checks there. */
+moe_status moe_cuda_silu_run(int device, int n, const float *g, const float *u, const float *gamma,
+                             float *h, moe_error *err);
+
 #ifdef __cplusplus
 }
 #endif
