@@ -314,24 +314,35 @@ __device__ __forceinline__ bool store_tile(const stream_args &p, wg_split split,
          * epilogue, docs/perf-cuda.md); a column where fp32 does not stand is written again,
          * by the same thread, from the double branch: GEMM2 reads h only after the count */
         const int c = 64 * rt + 8 * my_warp + g;
-        /* 128-row tiles: groups of 32 columns, those past the tile's rows skipped (a test the
-         * block takes alike); the small tiles in one group, with no test (one made the 32-row
-         * tiles' layer 1.5 % slower at T = 512) */
-        constexpr int J_GROUP = BN == 128 ? 4 : BN / 8;
         int all_stand = 1;
+        auto store_h = [&](int j, int e) {
+            const int m = 8 * j + 2 * t + e;
+            int stands;
+            const uint16_t h = swiglu_bits_fp32(acc[4 * j + e], acc[4 * j + 2 + e], &stands);
+            all_stand &= stands;
+            if (m < rows && c < p.N / 2) p.h_out[(size_t)row_src[m] * (p.N / 2) + c] = h;
+        };
+        if constexpr (BN == 128) {
+            /* groups of 32 columns, those past the tile's rows skipped (a test the block takes
+             * alike): GEMM1 3 % faster at T = 1500 and 4096 (docs/perf-cuda.md, twenty-fifth
+             * run) */
 #pragma unroll
-        for (int j0 = 0; j0 < BN / 8; j0 += J_GROUP) {
-            if (J_GROUP < BN / 8 && 8 * j0 >= rows) break;
+            for (int j0 = 0; j0 < BN / 8; j0 += 4) {
+                if (8 * j0 >= rows) break;
 #pragma unroll
-            for (int j = j0; j < j0 + J_GROUP; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int m = 8 * j + 2 * t + e;
-                    int stands;
-                    const uint16_t h = swiglu_bits_fp32(acc[4 * j + e], acc[4 * j + 2 + e], &stands);
-                    all_stand &= stands;
-                    if (m < rows && c < p.N / 2) p.h_out[(size_t)row_src[m] * (p.N / 2) + c] = h;
+                for (int j = j0; j < j0 + 4; j++) {
+                    store_h(j, 0);
+                    store_h(j, 1);
                 }
+            }
+        } else {
+            /* the small tiles' columns in one run: the groups' loop (even of one group) made the
+             * 32-row tiles' layer 1-2 % slower at T = 512 */
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++) {
+                store_h(j, 0);
+                store_h(j, 1);
+            }
         }
         if (!all_stand)
             each_real_column([&](float &lo, float &hi, int m) {
