@@ -310,9 +310,10 @@ __device__ __forceinline__ bool store_tile(const stream_args &p, wg_split split,
     }
     if (STAGE == 1) {
         /* h of every column from fp32 alone, without a branch, so that the columns' chains
-         * interleave (a branch a column left each chain exposed: 3.2 us of a 128-row block's
-         * epilogue, docs/perf-cuda.md); a column where fp32 does not stand is written again,
-         * by the same thread, from the double branch: GEMM2 reads h only after the count */
+         * interleave (with a branch a column, each chain was exposed: a 128-row block's stores
+         * took 4.4 us at T = 4096, 3.6 without, 2.7 with the groups below; docs/perf-cuda.md,
+         * twenty-fifth run); a column where fp32 does not stand is written again, by the same
+         * thread, from the double branch: GEMM2 reads h only after the count */
         const int c = 64 * rt + 8 * my_warp + g;
         int all_stand = 1;
         auto store_h = [&](int j, int e) {
@@ -324,7 +325,7 @@ __device__ __forceinline__ bool store_tile(const stream_args &p, wg_split split,
         };
         if constexpr (BN == 128) {
             /* groups of 32 columns, those past the tile's rows skipped (a test the block takes
-             * alike): GEMM1 3 % faster at T = 1500 and 4096 (docs/perf-cuda.md, twenty-fifth
+             * alike): GEMM1 3.5-4.3 % faster at T = 1500 and 4096 (docs/perf-cuda.md, twenty-fifth
              * run) */
 #pragma unroll
             for (int j0 = 0; j0 < BN / 8; j0 += 4) {
