@@ -22,9 +22,8 @@
 #include "../opt/cuda/cuda_stages.h"
 #endif
 
-#include <stdlib.h>
-
 #include <float.h>
+#include <stdlib.h>
 
 static double silu_product_in_double(float g, float u, float gamma) {
     return (double)g / (1.0 + exp(-(double)g)) * (double)u * (double)gamma;
