@@ -252,11 +252,14 @@ __device__ void wait_for_gemm1(const moe_cuda_tile *tiles, int tile_i, int wait_
     __syncthreads();
 }
 /* A GEMM1 warp's h stores are done: count it in its tile (count) once they are visible
- * device-wide. */
+ * device-wide. The warp barrier orders its lanes' stores before lane 0's release (an acq_rel
+ * fence, cumulative, then a relaxed add), which GEMM2's acquire load pairs with: one fence a
+ * warp instead of a sequentially consistent one (GEMM1 0.5 % faster at T = 4096,
+ * docs/perf-cuda.md, twenty-sixth run). */
 __device__ __forceinline__ void count_gemm1_warp(int *count) {
-    __threadfence();
     __syncwarp();
-    if (threadIdx.x % 32 == 0) atomicAdd(count, 1);
+    if (threadIdx.x % 32 == 0)
+        asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.s32 [%0], 1;\n" ::"l"(count) : "memory");
 }
 
 /* A lane's scale word of one chunk (four lanes read the same one). */
