@@ -6,7 +6,8 @@
  * inkling-small, with --seed and --format) or --case LINE; --small is --shape small with
  * --tokens 1,33; --check names the T judged against the reference ("all" by default, "none");
  * --csv FILE appends one row per (variant, T, stage) (the header when the file is new); --list
- * prints the registry's CUDA variants. Exit status 0 every check passed, 1 a check failed,
+ * prints the registry's CUDA variants; --tiles the routed rows' tiles at each T (lab_tiles.c).
+ * Exit status 0 every check passed, 1 a check failed,
  * 2 bad usage, 77 (LAB_EXIT_SKIPPED) nothing could run here.
  */
 #include "cli_args.h"
@@ -23,13 +24,15 @@ static void usage(FILE *f) {
             "usage: inkling-moe lab [--stage " LAB_FOCUS_CHOICES "]\n"
             "         [--variant all|NAME,...] [--shape inkling-small|inkling|small | --case 'LINE' | --small]\n"
             "         [--tokens 1,64,4096] [--iters N] [--check all|none|T,...] [--seed S]\n"
-            "         [--format mxfp4|nvfp4] [--csv FILE] [--timeline] [--list]\n"
+            "         [--format mxfp4|nvfp4] [--csv FILE] [--timeline] [--list] [--tiles]\n"
             "  runs every variant (--variant all: each CUDA variant the registry lists) on the same\n"
             "  layer and inputs at each T: bitwise determinism, sampled tokens judged against the\n"
             "  reference with the contract's envelope, the median of --iters calls per stage after\n"
             "  an L2 flush beside the bytes, FLOPs and floor of the stage (--stage: which stages),\n"
             "  and the spread of the layer's calls (p10, median, p90; per stage in the CSV);\n"
-            "  --timeline: the kernels of one more serving call as the GPU ran them (CUPTI)\n");
+            "  --timeline: the kernels of one more serving call as the GPU ran them (CUPTI);\n"
+            "  --tiles: only the routed rows an expert and the row tiles they make at each T,\n"
+            "  routed on the host (no GPU needed)\n");
 }
 
 /* "all" (every T of tokens), "none", or a list of T that must each be in tokens. */
@@ -66,7 +69,7 @@ int cmd_lab(int argc, char **argv) {
     const char *tokens = NULL, *check = "all", *csv_path = NULL;
     int focus = LAB_FOCUS_LAYER, iters = 30, format = 0;
     uint64_t seed = 1;
-    bool small = false, list = false, timeline = false;
+    bool small = false, list = false, timeline = false, tiles = false;
     cli_option opts[] = {
         {.name = "--stage", .kind = CLI_CHOICE, .out = &focus, .choices = LAB_FOCUS_CHOICES},
         {.name = "--variant", .kind = CLI_STRING, .out = &variants, .nonempty = true},
@@ -82,6 +85,7 @@ int cmd_lab(int argc, char **argv) {
         {.name = "--csv", .kind = CLI_STRING, .out = &csv_path, .nonempty = true},
         {.name = "--list", .kind = CLI_FLAG, .out = &list},
         {.name = "--timeline", .kind = CLI_FLAG, .out = &timeline},
+        {.name = "--tiles", .kind = CLI_FLAG, .out = &tiles},
     };
     int rc = cli_parse("lab", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, usage);
     if (rc >= 0) return rc;
@@ -124,6 +128,7 @@ int cmd_lab(int argc, char **argv) {
         p.tokens[0] = p.layer.T > 0 ? p.layer.T : 1;
         p.n_tokens = 1;
     }
+    if (tiles) return lab_tiles_report(&p, stdout);
     rc = parse_check(check, &p);
     if (rc >= 0) return rc;
     FILE *csv = NULL;

@@ -170,6 +170,29 @@ lab_times lab_times_of(float *times, int n);
 void lab_csv_row(FILE *f, const char *shape, const char *variant, int T, const lab_stage *s,
                  lab_times t);
 
+/* The row tiles that the routed experts' rows make (harness/lab_tiles.c): bn rows a tile, how
+ * many tiles, and the real rows and wgmma's n (the rows rounded up to 16) a tile holds on
+ * average (0 without tiles). */
+typedef struct {
+    int bn, tiles;
+    double rows_per_tile, n_per_tile;
+} lab_tiles;
+
+/* rows [E]: each expert's routed rows -> its tiles of bn rows. */
+lab_tiles lab_tiles_of(const int *rows, int E, int bn);
+
+/* Two lines on out: the experts' rows (used, least, most, mean) and their tiles of each size
+ * the wgmma kernels take. */
+void lab_print_tiles(FILE *out, const int *rows, int E);
+
+/* Each routed expert's rows [sh->cfg.R] at T tokens of x [T, D], routed on the host as the
+ * reference routes (tokens holding NaN or inf count for none). */
+moe_status lab_expert_rows(const moe_shard *sh, int T, const uint16_t *x, int *rows, moe_error *err);
+
+/* `lab --tiles`: lab_print_tiles at every T of the plan, routed on the host; no GPU needed.
+ * Returns the exit status (0, or 1 with the reason printed). */
+int lab_tiles_report(const lab_plan *p, FILE *out);
+
 /* Runs the plan: prints a table per (T, variant) on out and appends rows to csv (NULL: none).
  * Returns the exit status: 0 every check passed, 1 a check failed, LAB_EXIT_SKIPPED when
  * nothing could run here (the reason printed). */

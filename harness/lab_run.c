@@ -239,12 +239,11 @@ static int run_variant(const lab_plan *p, const lab_timer *tm, const moe_layer_d
     fprintf(out, "  five further runs bitwise identical: %s\n", st ? err.msg : same ? "yes" : "NO");
     bad |= st || !same;
 
-    /* distinct experts the batch selected, for the byte counts */
-    unsigned char *used = calloc((size_t)c->R, 1);
+    /* each expert's rows, and the distinct experts the batch selected (for the byte counts) */
+    int *rows = calloc((size_t)c->R, sizeof(int));
     int distinct = 0;
-    for (size_t i = 0; used && i < (size_t)T * c->K; i++)
-        if (gpu.ids[i] >= 0 && gpu.ids[i] < c->R && !used[gpu.ids[i]]) used[gpu.ids[i]] = 1, distinct++;
-    free(used);
+    for (size_t i = 0; rows && i < (size_t)T * c->K; i++)
+        if (gpu.ids[i] >= 0 && gpu.ids[i] < c->R) distinct += rows[gpu.ids[i]]++ == 0;
     if (check) bad |= check_sample(p, ld, be, b, &gpu, out);
     moe_run_free(&gpu);
 
@@ -262,6 +261,7 @@ static int run_variant(const lab_plan *p, const lab_timer *tm, const moe_layer_d
         lab_stages(c, T, distinct, stages);
         fprintf(out, "  distinct experts selected: %d (expected R(1-(1-K/R)^T) = %.1f)\n", distinct,
                 c->R * (1.0 - pow(1.0 - (double)c->K / c->R, T)));
+        if (rows) lab_print_tiles(out, rows, c->R);
         fprintf(out, "  %-20s %10s %12s %10s %8s %10s %8s\n", "stage", "median us", "bytes", "GB/s",
                 "TFLOP/s", "floor us", "x floor");
         double us_of[LAB_STAGE_COUNT];
@@ -303,6 +303,7 @@ static int run_variant(const lab_plan *p, const lab_timer *tm, const moe_layer_d
             fprintf(out, "  forward call / (layer on device + transfers at pinned speed): %.2f "
                     "(%.1f us against %.1f)\n", us_of[LAB_HOST] / bound_us, us_of[LAB_HOST], bound_us);
     }
+    free(rows);
     free(out2);
     free(samples);
     return bad;

@@ -12,7 +12,9 @@
 
 #include "../harness/lab.h"
 #include "../harness/mutants.h"
+#include "../common/layer_data.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -489,6 +491,67 @@ static void test_whole_run_on_host_timer(void **state) {
     }
 }
 
+/* Tiles of an expert's rows, derived by hand: rows 0, 5, 130, 16, 33 (184 rows). bn = 128:
+ * 0 + 1 + 2 + 1 + 1 = 5 tiles, n 16 + (128 + 16) + 16 + 48 = 224; bn = 32: 1 + 5 + 1 + 2 = 9
+ * tiles, n 16 + (4 * 32 + 16) + 16 + (32 + 16) = 224; bn = 16: 1 + 9 + 1 + 3 = 14 tiles, all
+ * of n 16. No rows: no tiles. */
+static void test_tiles_of(void **state) {
+    (void)state;
+    const int rows[] = {0, 5, 130, 16, 33};
+    lab_tiles t = lab_tiles_of(rows, 5, 128);
+    assert_int_equal(t.tiles, 5);
+    assert_true(fabs(t.rows_per_tile - 184.0 / 5) < 1e-12 && fabs(t.n_per_tile - 224.0 / 5) < 1e-12);
+    t = lab_tiles_of(rows, 5, 32);
+    assert_int_equal(t.tiles, 9);
+    assert_true(fabs(t.rows_per_tile - 184.0 / 9) < 1e-12 && fabs(t.n_per_tile - 224.0 / 9) < 1e-12);
+    t = lab_tiles_of(rows, 5, 16);
+    assert_int_equal(t.tiles, 14);
+    assert_true(fabs(t.n_per_tile - 16.0) < 1e-12);
+    const int none[3] = {0, 0, 0};
+    t = lab_tiles_of(none, 3, 16);
+    assert_int_equal(t.tiles, 0);
+    assert_true(t.rows_per_tile == 0.0 && t.n_per_tile == 0.0);
+}
+
+/* Routed on the host, every token's K slots land on K different experts: the rows add up to
+ * T * K and no expert holds more than T. The command prints both lines at every T. */
+static void test_tiles_routed_on_host(void **state) {
+    (void)state;
+    moe_error err;
+    fuzz_case c;
+    assert_int_equal(lab_shape_case("small", 3, MOE_ROUTED_MXFP4, &c, &err), MOE_OK);
+    moe_layer_data ld;
+    uint16_t *x = NULL;
+    c.T = 0;
+    assert_int_equal(fuzz_case_build(&c, &ld, &x, &err), MOE_OK);
+    free(x);
+    moe_split none = {MOE_SPLIT_NONE, 1, 0, 0};
+    moe_shard sh;
+    assert_int_equal(moe_shard_build(&c.cfg, &ld.w, &none, &sh, &err), MOE_OK);
+    c.T = 77;
+    assert_int_equal(fuzz_case_input(&c, &x, &err), MOE_OK);
+    int rows[64];
+    assert_true(c.cfg.R <= 64);
+    assert_int_equal(lab_expert_rows(&sh, c.T, x, rows, &err), MOE_OK);
+    long total = 0;
+    for (int e = 0; e < c.cfg.R; e++) {
+        assert_true(rows[e] >= 0 && rows[e] <= c.T);
+        total += rows[e];
+    }
+    assert_int_equal(total, (long)c.T * c.cfg.K);
+    free(x);
+    moe_shard_free(&sh);
+    moe_layer_data_free(&ld);
+
+    const int rc = run_lab("--small --tokens 8,77 --tiles");
+    const char *text = test_text_of(out_path);
+    if (rc != 0) fail_msg("exit %d: %s", rc, text);
+    assert_non_null(strstr(text, "T = 8 (expected"));
+    assert_non_null(strstr(text, "T = 77 (expected"));
+    assert_non_null(strstr(text, "tiles (real rows a tile, n a tile): "));
+    assert_non_null(strstr(text, " of 128 rows ("));
+}
+
 /* The picture from a CSV alone: the fixture's (made-up numbers, never a measurement) gives one
  * PNG per (shape, variant). */
 static void test_plot_from_fixture(void **state) {
@@ -518,7 +581,8 @@ int main(void) {
         cmocka_unit_test(test_command_usage),          cmocka_unit_test(test_whole_run_on_host_timer),
         cmocka_unit_test(test_timeline_printed_or_said_missing),
         cmocka_unit_test(test_small_on_gpu),
-        cmocka_unit_test(test_plot_from_fixture),
+        cmocka_unit_test(test_plot_from_fixture),      cmocka_unit_test(test_tiles_of),
+        cmocka_unit_test(test_tiles_routed_on_host),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,150 @@
+/*
+ * lab_tiles.c: how full the routed experts' row tiles are at T: a line of every timed T, and
+ * `inkling-moe lab --tiles`, which routes on the host and needs no GPU.
+ *
+ * Rules:
+ *   - an expert with c routed rows makes ceil(c / bn) tiles of bn rows; a tile's n is its rows
+ *     rounded up to 16 (the wgmma kernels' n, docs/cuda-path.md). A tile's time has a part that
+ *     grows with n and a part that does not (its weights' decode, its start and its end), so
+ *     both the tile count and the rows a tile holds matter: the CUDA path picks one tile size a
+ *     call from the average T * K / R (cuda_backend.cu, wgmma_for), which a skewed routing
+ *     leaves far from the tiles' real rows;
+ *   - --tiles routes every token of the lab's input at T (input 0, the one the checks use) as
+ *     the reference does: the gate logits in double rounded once to fp32 (ref_gate_logits),
+ *     then moe_route_tokens; tokens holding NaN or inf are not routed.
+ * Library code: returns moe_status, never exits.
+ */
+#include "lab.h"
+
+#include "common/numeric.h"
+#include "common/routing.h"
+#include "ref/ref.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The tile sizes of the wgmma kernels (opt/cuda/cuda_backend.cu, wgmma_kernels). */
+static const int TILE_ROWS[] = {16, 32, 128};
+#define WGMMA_N_STEP 16
+
+lab_tiles lab_tiles_of(const int *rows, int E, int bn) {
+    lab_tiles t = {bn, 0, 0.0, 0.0};
+    long real = 0, padded = 0;
+    for (int e = 0; e < E; e++) {
+        const int tiles = (rows[e] + bn - 1) / bn;
+        t.tiles += tiles;
+        real += rows[e];
+        for (int i = 0; i < tiles; i++) {
+            const int in_tile = rows[e] - i * bn < bn ? rows[e] - i * bn : bn;
+            padded += (in_tile + WGMMA_N_STEP - 1) / WGMMA_N_STEP * WGMMA_N_STEP;
+        }
+    }
+    if (t.tiles > 0) t.rows_per_tile = (double)real / t.tiles, t.n_per_tile = (double)padded / t.tiles;
+    return t;
+}
+
+void lab_print_tiles(FILE *out, const int *rows, int E) {
+    int used = 0, lo = 0, hi = 0;
+    long total = 0;
+    for (int e = 0; e < E; e++) {
+        if (rows[e] > 0) used++;
+        total += rows[e];
+        lo = e == 0 || rows[e] < lo ? rows[e] : lo;
+        hi = rows[e] > hi ? rows[e] : hi;
+    }
+    fprintf(out, "  routed rows an expert: %d of %d experts used, rows %d to %d, mean %.1f\n", used, E,
+            lo, hi, E > 0 ? (double)total / E : 0.0);
+    fprintf(out, "  tiles (real rows a tile, n a tile):");
+    for (size_t i = 0; i < sizeof TILE_ROWS / sizeof TILE_ROWS[0]; i++) {
+        const lab_tiles t = lab_tiles_of(rows, E, TILE_ROWS[i]);
+        fprintf(out, "%s %d of %d rows (%.1f, %.1f)", i ? ";" : "", t.tiles, t.bn, t.rows_per_tile,
+                t.n_per_tile);
+    }
+    fprintf(out, "\n");
+}
+
+moe_status lab_expert_rows(const moe_shard *sh, int T, const uint16_t *x, int *rows, moe_error *err) {
+    const moe_config *cfg = &sh->cfg;
+    const int D = cfg->D, R = cfg->R, K = cfg->K, S = cfg->S, G = R + S;
+    memset(rows, 0, sizeof(int) * (size_t)R);
+    float *logits = malloc(sizeof(float) * (size_t)T * G);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)T * K);
+    float *weights = malloc(sizeof(float) * (size_t)T * (K + S));
+    unsigned char *bad = malloc((size_t)T);
+    moe_status st = MOE_OK;
+    if (!logits || !ids || !weights || !bad)
+        st = moe_fail(err, MOE_ERR_NOMEM, "lab --tiles: out of memory routing %d tokens", T);
+    if (!st) {
+        int no_memory = 0;
+#pragma omp parallel for schedule(static) reduction(| : no_memory)
+        for (int t = 0; t < T; t++) {
+            double *xd = malloc(sizeof(double) * (size_t)D);
+            if (!xd) {
+                no_memory = 1;
+                continue;
+            }
+            bad[t] = 0;
+            for (int d = 0; d < D; d++) {
+                xd[d] = moe_bf16_to_f32(x[(size_t)t * D + d]);
+                bad[t] |= !isfinite(xd[d]);
+            }
+            ref_gate_logits(xd, sh->gate_w, G, D, logits + (size_t)t * G);
+            free(xd);
+        }
+        if (no_memory) st = moe_fail(err, MOE_ERR_NOMEM, "lab --tiles: out of memory for a token's row");
+    }
+    if (!st) {
+        moe_route_tokens(sh, T, logits, ids, weights);
+        for (int t = 0; t < T; t++)
+            for (int k = 0; !bad[t] && k < K; k++)
+                if (ids[(size_t)t * K + k] >= 0 && ids[(size_t)t * K + k] < R) rows[ids[(size_t)t * K + k]]++;
+    }
+    free(logits);
+    free(ids);
+    free(weights);
+    free(bad);
+    return st;
+}
+
+int lab_tiles_report(const lab_plan *p, FILE *out) {
+    moe_error err;
+    moe_error_clear(&err);
+    fuzz_case lc = p->layer;
+    lc.T = 0, lc.sample = 0;
+    char line[512];
+    fprintf(out, "layer %s: %s (T from --tokens; routed on the host)\n", p->shape,
+            fuzz_case_format(&lc, line, sizeof line));
+    moe_layer_data ld;
+    uint16_t *x0 = NULL;
+    moe_status st = fuzz_case_build(&lc, &ld, &x0, &err);
+    free(x0);
+    if (st) {
+        fprintf(out, "lab: %s\n", err.msg);
+        return 1;
+    }
+    moe_split none = {MOE_SPLIT_NONE, 1, 0, 0};
+    moe_shard sh;
+    st = moe_shard_build(&lc.cfg, &ld.w, &none, &sh, &err);
+    const bool have_shard = !st;
+    int *rows = st ? NULL : malloc(sizeof(int) * (size_t)lc.cfg.R);
+    if (!st && !rows) st = moe_fail(&err, MOE_ERR_NOMEM, "lab --tiles: out of memory");
+    for (int i = 0; i < p->n_tokens && !st; i++) {
+        fuzz_case c = p->layer;
+        c.T = p->tokens[i], c.sample = 0;
+        uint16_t *x = NULL;
+        st = fuzz_case_input(&c, &x, &err);
+        if (!st) st = lab_expert_rows(&sh, c.T, x, rows, &err);
+        free(x);
+        if (st) break;
+        fprintf(out, "T = %d (expected %.1f rows an expert)\n", c.T, (double)c.T * lc.cfg.K / lc.cfg.R);
+        lab_print_tiles(out, rows, lc.cfg.R);
+        fflush(out);
+    }
+    if (st) fprintf(out, "lab: %s\n", err.msg);
+    free(rows);
+    if (have_shard) moe_shard_free(&sh);
+    moe_layer_data_free(&ld);
+    return st ? 1 : 0;
+}
