@@ -22,6 +22,7 @@
 #define INKLING_LAB_H
 
 #include "fuzz_case.h"
+#include "common/layer_data.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -169,6 +170,11 @@ lab_times lab_times_of(float *times, int n);
 /* One CSV row (no header) for a stage timed t (rates and x_floor from the median). */
 void lab_csv_row(FILE *f, const char *shape, const char *variant, int T, const lab_stage *s,
                  lab_times t);
+
+/* The plan's layer alone (its case at T = 0): prints "layer SHAPE: LINE (note)" on out, then
+ * makes its data and its unsplit shard. On failure neither is held. */
+moe_status lab_layer_build(const lab_plan *p, const char *note, FILE *out, moe_layer_data *ld,
+                           moe_shard *sh, moe_error *err);
 
 /* The row tiles that the routed experts' rows make (harness/lab_tiles.c): bn rows a tile, how
  * many tiles, and the real rows and wgmma's n (the rows rounded up to 16) a tile holds on

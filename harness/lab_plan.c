@@ -1,5 +1,5 @@
 /* lab_plan.c: what the lab runs: the registry's CUDA variants, the named real shapes as case
- * lines, token lists (rules in lab.h). */
+ * lines, token lists, the plan's layer and shard (rules in lab.h). */
 #include "lab.h"
 
 #include <errno.h>
@@ -110,4 +110,20 @@ moe_status lab_check_case(const fuzz_case *c, moe_error *err) {
 int lab_sample_count(const fuzz_case *c, int T) {
     if (c->sample > 0 && c->sample < T) return c->sample;
     return T <= 4 ? T : T <= 64 ? 4 : 8;
+}
+
+moe_status lab_layer_build(const lab_plan *p, const char *note, FILE *out, moe_layer_data *ld,
+                           moe_shard *sh, moe_error *err) {
+    fuzz_case lc = p->layer;
+    lc.T = 0, lc.sample = 0; /* the layer alone: the inputs come per T */
+    char line[512];
+    fprintf(out, "layer %s: %s (%s)\n", p->shape, fuzz_case_format(&lc, line, sizeof line), note);
+    uint16_t *x0 = NULL;
+    moe_status st = fuzz_case_build(&lc, ld, &x0, err);
+    free(x0);
+    if (st) return st;
+    const moe_split none = {MOE_SPLIT_NONE, 1, 0, 0};
+    st = moe_shard_build(&lc.cfg, &ld->w, &none, sh, err);
+    if (st) moe_layer_data_free(ld);
+    return st;
 }

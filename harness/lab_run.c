@@ -313,29 +313,21 @@ static int run_device(const lab_plan *p, const lab_timer *tm, FILE *out, FILE *c
     moe_error err;
     moe_error_clear(&err);
     const double t0 = fuzz_now();
-    fuzz_case lc = p->layer;
-    lc.T = 0, lc.sample = 0; /* the layer alone: the inputs come per T */
-    char line[512];
-    fprintf(out, "layer %s: %s (T from --tokens)\n", p->shape, fuzz_case_format(&lc, line, sizeof line));
     moe_layer_data ld;
-    uint16_t *x0 = NULL;
-    moe_status st = fuzz_case_build(&lc, &ld, &x0, &err);
-    free(x0);
+    moe_shard sh;
+    moe_status st = lab_layer_build(p, "T from --tokens", out, &ld, &sh, &err);
     if (st) {
         fprintf(out, "lab: %s\n", err.msg);
         return 1;
     }
-    moe_split none = {MOE_SPLIT_NONE, 1, 0, 0};
-    moe_shard sh;
+    const moe_split none = {MOE_SPLIT_NONE, 1, 0, 0};
     moe_options opt = moe_options_default();
     void *states[LAB_MAX_VARIANTS] = {NULL};
     int created = 0;
-    st = moe_shard_build(&lc.cfg, &ld.w, &none, &sh, &err);
-    const bool have_shard = !st;
     for (int v = 0; v < p->n_variants && !st; v++) {
         const moe_backend *be = p->variants[v];
         char why[256] = "";
-        if (!be->available(why, sizeof why) || !be->supports(&lc.cfg, &none, &opt, why, sizeof why)) {
+        if (!be->available(why, sizeof why) || !be->supports(&p->layer.cfg, &none, &opt, why, sizeof why)) {
             fprintf(out, "%s: SKIPPED: %s\n", be->name, why);
             continue;
         }
@@ -366,7 +358,7 @@ static int run_device(const lab_plan *p, const lab_timer *tm, FILE *out, FILE *c
     }
     for (int v = 0; v < p->n_variants; v++)
         if (states[v]) p->variants[v]->destroy(states[v]);
-    if (have_shard) moe_shard_free(&sh);
+    moe_shard_free(&sh);
     moe_layer_data_free(&ld);
     return rc;
 }

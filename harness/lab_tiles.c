@@ -21,7 +21,6 @@
 #include "ref/ref.h"
 
 #include <math.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,25 +110,16 @@ moe_status lab_expert_rows(const moe_shard *sh, int T, const uint16_t *x, int *r
 int lab_tiles_report(const lab_plan *p, FILE *out) {
     moe_error err;
     moe_error_clear(&err);
-    fuzz_case lc = p->layer;
-    lc.T = 0, lc.sample = 0;
-    char line[512];
-    fprintf(out, "layer %s: %s (T from --tokens; routed on the host)\n", p->shape,
-            fuzz_case_format(&lc, line, sizeof line));
     moe_layer_data ld;
-    uint16_t *x0 = NULL;
-    moe_status st = fuzz_case_build(&lc, &ld, &x0, &err);
-    free(x0);
+    moe_shard sh;
+    moe_status st = lab_layer_build(p, "T from --tokens; routed on the host", out, &ld, &sh, &err);
     if (st) {
         fprintf(out, "lab: %s\n", err.msg);
         return 1;
     }
-    moe_split none = {MOE_SPLIT_NONE, 1, 0, 0};
-    moe_shard sh;
-    st = moe_shard_build(&lc.cfg, &ld.w, &none, &sh, &err);
-    const bool have_shard = !st;
-    int *rows = st ? NULL : malloc(sizeof(int) * (size_t)lc.cfg.R);
-    if (!st && !rows) st = moe_fail(&err, MOE_ERR_NOMEM, "lab --tiles: out of memory");
+    const moe_config *cfg = &p->layer.cfg;
+    int *rows = malloc(sizeof(int) * (size_t)cfg->R);
+    if (!rows) st = moe_fail(&err, MOE_ERR_NOMEM, "lab --tiles: out of memory");
     for (int i = 0; i < p->n_tokens && !st; i++) {
         fuzz_case c = p->layer;
         c.T = p->tokens[i], c.sample = 0;
@@ -138,13 +128,13 @@ int lab_tiles_report(const lab_plan *p, FILE *out) {
         if (!st) st = lab_expert_rows(&sh, c.T, x, rows, &err);
         free(x);
         if (st) break;
-        fprintf(out, "T = %d (expected %.1f rows an expert)\n", c.T, (double)c.T * lc.cfg.K / lc.cfg.R);
-        lab_print_tiles(out, rows, lc.cfg.R);
+        fprintf(out, "T = %d (expected %.1f rows an expert)\n", c.T, (double)c.T * cfg->K / cfg->R);
+        lab_print_tiles(out, rows, cfg->R);
         fflush(out);
     }
     if (st) fprintf(out, "lab: %s\n", err.msg);
     free(rows);
-    if (have_shard) moe_shard_free(&sh);
+    moe_shard_free(&sh);
     moe_layer_data_free(&ld);
     return st ? 1 : 0;
 }

@@ -452,6 +452,9 @@ static void test_whole_run_on_host_timer(void **state) {
         assert_non_null(strstr(text, "five further runs bitwise identical: yes"));
         assert_non_null(strstr(text, "device-pointer call bitwise equal to the host call: yes"));
         assert_non_null(strstr(text, "sampled tokens:"));
+        /* the tiles from the variant's own selection: T * K rows over R experts at T = 70 */
+        assert_non_null(strstr(text, "tiles (real rows a tile, n a tile): "));
+        assert_non_null(strstr(text, "experts used, rows ") && strstr(text, ", mean 17.5\n"));
         assert_non_null(strstr(text, "spread of the 3 calls, layer on device: p10 12000.0, "
                                      "median 12000.0, p90 12000.0 us"));
         assert_non_null(strstr(text, "spread of the 3 calls, serving graph: p10 15000.0, "
