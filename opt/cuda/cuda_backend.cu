@@ -701,21 +701,22 @@ const expert_kernels mma16_kernels = {"mma16", 2 * MOE_CUDA_GEMV_M, moe_cuda_exp
                                       moe_cuda_expert_mma2_m16};
 const expert_kernels wgmma_kernels[] = {
     {"wgmma16", 16, moe_cuda_expert_wg1_16, moe_cuda_expert_wg2_16},
-    {"wgmma32", 32, moe_cuda_expert_wg1_32, moe_cuda_expert_wg2_32},
-    {"wgmma128", 128, moe_cuda_expert_wg1_128, moe_cuda_expert_wg2_128},
+    {"wgmma32-16", 32, moe_cuda_expert_wg1_32_16, moe_cuda_expert_wg2_32_16},
+    {"wgmma128-32-16", 128, moe_cuda_expert_wg1_128_32_16, moe_cuda_expert_wg2_128_32_16},
     {"wgmma16-split", 16, moe_cuda_expert_wg1_16_split, moe_cuda_expert_wg2_16_split},
 };
 
-/* The wgmma tile (rows of one expert) for T tokens, from the T * K / R rows an expert has on
- * average. Measured (docs/device-notes.md): 16 at T = 64 (1.5 rows an expert); 16 up to 6 rows
- * (serving graph at T = 256: 920-933 us against 960-973 with 32; T = 298: 983-994 against
- * 1006-1012), a tie at 7 (T = 320), 32 from 9 (T = 384: 1089-1093 against 1122-1128 with 16;
- * T = 512: 1170-1175 against 1307-1319); 128 at T = 4096 (96 rows; 6313 against 7196 with 64
- * and 8748 with 32). */
+/* The wgmma tiles (rows of one expert) for T tokens, from the T * K / R rows an expert has on
+ * average. Measured, serving graph, Inkling-Small (docs/device-notes.md): 16-row tiles up to 3
+ * rows (T = 128: 728-742 us against 744-746 with the tiers 32,16, whose 32-row tiles are as many
+ * as the 16-row ones there); the tiers 32,16 from 4 rows (T = 192: 826 against 833-837 with
+ * 16; T = 256: 893-896 against 943; T = 512: 1140-1143 against 1184-1198 with 32 alone); the
+ * tiers 128,32,16 above 32 (T = 1500: 1756-1764 against 2035-2045 with 128 alone; T = 4096:
+ * 3374-3382 against 3538-3552; 32-row tiles at T = 4096 were 8748 against 6313 with 128). */
 const expert_kernels *wgmma_for(const cuda_state *s, int T) {
     const long rows_per_expert = (long)T * s->K / (s->R > 0 ? s->R : 1);
     if (T <= MOE_CUDA_WG_SPLIT_MAX_T) return &wgmma_kernels[3];
-    return rows_per_expert <= 6    ? &wgmma_kernels[0]
+    return rows_per_expert <= 3    ? &wgmma_kernels[0]
            : rows_per_expert <= 32 ? &wgmma_kernels[1]
                                    : &wgmma_kernels[2];
 }

@@ -45,6 +45,9 @@
  *     GEMMs at T = 512 and 4096, where tiles hold 12 of 32 and 96 of 128 rows on average. The
  *     128-row tiles' chunk loop is compiled once per n (with_mma_cols), so that a chunk's
  *     products stay in flight while the next chunk is decoded (12 % off GEMM1 at T = 4096);
+ *   - an expert's last tile is mostly empty under a skewed routing, so the kernels come in
+ *     tiers (launch_tiers): the table's tiles of 128 or 32 rows, each taken by the smallest
+ *     kernel that holds its rows left, the tiers' kernels side by side;
  *   - GEMM1's warp rows g and g + 8 are the gate and up rows of one intermediate channel, so
  *     SwiGLU is cuda_experts.cu's epilogue in registers; GEMM2 writes y in fp32;
  *   - GEMM2 is GEMM1's programmatic dependent launch and waits, tile by tile, for the count of
@@ -67,6 +70,7 @@
 
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <limits.h>
 
 #define WG_THREADS 256 /* one row tile of WG_ROWS (cuda_wgmma_tiles.cuh): two warpgroups */
 #define WG_SPLIT_SETS 4 /* 16-row split tiles (T <= 4, at most 3 blocks a multiprocessor): chunks of
@@ -224,7 +228,8 @@ __device__ __forceinline__ void l2_prefetch(const void *src, uint32_t bytes) {
 struct wg_chain {
     moe_cuda_tile *count_in; /* GEMM1: the tile table its warps count in (NULL: no count) */
     int wait_for;            /* GEMM2: the count of a tile whose h is complete (0: no wait) */
-    bool beside_gemm1;       /* GEMM2: launched as GEMM1's programmatic dependent */
+    bool beside_previous;    /* launched as the stream's previous kernel's programmatic
+                                dependent: GEMM2 beside GEMM1, a tier beside the one before */
 };
 #define WG_WARPS_PER_ROW_TILE (WG_THREADS / 32)
 #define WG_WAIT_CYCLES 20000000000LL /* about 10 s: a count that never completes traps */
@@ -398,8 +403,12 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
     if (tile_i >= *p.n_tiles) return; /* an exited block counts as one that let GEMM2 launch */
     /* GEMM2 may launch once every block is past here; it writes only y, so nothing that GEMM1
      * reads changes under it */
-    if (STAGE == 1) launch_dependents();
+    if (STAGE == 1 || p.rows_hi > 0) launch_dependents(); /* (GEMM2's next tier too) */
     const moe_cuda_tile tile = p.tiles[tile_i];
+    if (p.rows_hi > 0) { /* a tier: the tile is another tier's unless its rows left fit here */
+        const int rows_left = p.counts[tile.expert] - tile.row0;
+        if (rows_left <= p.rows_lo || rows_left > p.rows_hi) return;
+    }
     if (STAGE == 2 && chain.wait_for > 0) { /* h comes from GEMM1, the weights do not */
         if (threadIdx.x == 0)
             for (int r = RT * rtb; r < RT * rtb + RT && r < n_rt; r++) {
@@ -741,7 +750,8 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
  * two makes it an ordinary launch). */
 template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS, bool DIRECT>
 moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K, stream_args p,
-                  const uint8_t *codes, const uint8_t *scales, wg_chain chain, moe_error *err) {
+                  const uint8_t *codes, const uint8_t *scales, wg_chain chain, int table_m,
+                  moe_error *err) {
     if (T == 0 || ex->E == 0) return MOE_OK;
     if (!ex->mxfp4 || !codes || !scales)
         return moe_fail(err, MOE_ERR_UNSUPPORTED,
@@ -749,7 +759,7 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
     p.w_mx = codes, p.w_scale = scales;
     const uint8_t *two_products = scales + wg_flags_offset(STAGE, ex->E, p.N, p.Kdim);
     const int n_rtb = (wg_row_tiles(STAGE, p.N) + RT - 1) / RT;
-    const long blocks = (long)n_rtb * moe_cuda_tile_bound(T, K, ex->E, BN) * KS;
+    const long blocks = (long)n_rtb * moe_cuda_tile_bound(T, K, ex->E, table_m) * KS;
     wg_split split = {ex->split_partial, ex->split_counters};
     if (STAGE == 2 && KS > 1 && split.partial && split.counters) { /* GEMM2's own region */
         const size_t pairs = split_pairs(T, K, ex->E, ex->D, ex->IL);
@@ -763,13 +773,13 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
     const int smem = wg_smem_bytes<BN, RT, STAGES, CPS, DIRECT>();
     auto kernel = expert_wgmma_kernel<STAGE, BN, STAGES, RT, PIPE, KS, CPS, DIRECT>;
     CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    cudaLaunchAttribute after_gemm1;
-    after_gemm1.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    after_gemm1.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute beside;
+    beside.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    beside.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)blocks), cfg.blockDim = dim3(WG_THREADS * RT);
     cfg.dynamicSmemBytes = (size_t)smem, cfg.stream = stream;
-    cfg.attrs = &after_gemm1, cfg.numAttrs = STAGE == 2 && chain.beside_gemm1 ? 1 : 0;
+    cfg.attrs = &beside, cfg.numAttrs = chain.beside_previous ? 1 : 0;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, split, two_products, chain);
     if (e != cudaSuccess)
         return moe_fail(err, MOE_ERR_DEVICE, "cuda: launching expert_wgmma_kernel<gemm%d> "
@@ -794,24 +804,6 @@ inline wg_chain chain_gemm2(const moe_cuda_experts *ex) {
             true};
 }
 
-#define WGMMA_LAUNCHERS(NAME, BN, ...)                                                            \
-    moe_status moe_cuda_expert_wg1_##NAME(cudaStream_t stream, const moe_cuda_experts *ex, int T, \
-                                          int K, const uint16_t *x, const int32_t *counts,        \
-                                          const int32_t *perm, moe_cuda_tile *tiles,              \
-                                          const int32_t *n_tiles, uint16_t *h, moe_error *err) {  \
-        const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);    \
-        return launch<1, BN, __VA_ARGS__>(stream, ex, T, K, p, ex->w13_wg, ex->w13_wg_scale,      \
-                                          chain_gemm1(tiles), err);                               \
-    }                                                                                             \
-    moe_status moe_cuda_expert_wg2_##NAME(cudaStream_t stream, const moe_cuda_experts *ex, int T, \
-                                          int K, const uint16_t *h, const int32_t *counts,        \
-                                          const int32_t *perm, const moe_cuda_tile *tiles,        \
-                                          const int32_t *n_tiles, float *y, moe_error *err) {     \
-        const stream_args p = stream_args_gemm2(ex, T, h, counts, perm, tiles, n_tiles, y);       \
-        return launch<2, BN, __VA_ARGS__>(stream, ex, T, K, p, ex->w2_wg, ex->w2_wg_scale,        \
-                                          chain_gemm2(ex), err);                                  \
-    }
-
 /* Measured on an H200, Inkling-Small (docs/device-notes.md, "2026-12-01, direct loads"): for 16
  * and 32 rows, direct weight loads with four-chunk activation stages (GEMM1 + GEMM2 at T = 64:
  * 740 us against 853 us for the shared-memory copies of the earlier kernels in the same run, at
@@ -821,21 +813,79 @@ inline wg_chain chain_gemm2(const moe_cuda_experts *ex) {
  * register pipeline and stages of two chunks (4992 and 5018 against 5170 and 5175 us for the
  * layer at T = 4096), three stages of them (4554.1 and 4552.8 against 4591.7 and 4584.8 us
  * with four; one row tile a block at two blocks a multiprocessor, four or five stages of one
- * chunk, 4703-4718). The split reduction gives a few tokens' few tiles enough blocks to keep
- * every multiprocessor streaming (GEMM2 split too: 23.3 against 25.0 us at T = 1; splitting up
- * to T = 8 was slower there). */
+ * chunk, 4703-4718; a 256-row tile of two warpgroups, 43 % slower in GEMM1 at T = 4096,
+ * docs/perf-cuda.md, twenty-seventh run). The split reduction gives a few tokens' few tiles
+ * enough blocks to keep every multiprocessor streaming (GEMM2 split too: 23.3 against 25.0 us
+ * at T = 1; splitting up to T = 8 was slower there). */
 #define WG_SMALL_CONFIG 3, 1, false, 1, 4, true /* stages, RT, PIPE, KS, CPS, DIRECT */
-WGMMA_LAUNCHERS(16, 16, WG_SMALL_CONFIG)
-WGMMA_LAUNCHERS(32, 32, WG_SMALL_CONFIG)
-WGMMA_LAUNCHERS(128, 128, 3, 2, true, 1, 2, false)
+#define WG_128_CONFIG 3, 2, true, 1, 2, false
 #define WG_SPLIT_CONFIG 3, 1, false, MOE_CUDA_WG_SPLIT, 4, true
+
+/* One tier's kernel: bn rows a tile, over a tile table of table_m rows a tile. */
+template <int STAGE>
+moe_status launch_rows(int bn, int table_m, cudaStream_t stream, const moe_cuda_experts *ex,
+                       int T, int K, const stream_args &p, wg_chain chain, moe_error *err) {
+    const uint8_t *codes = STAGE == 1 ? ex->w13_wg : ex->w2_wg;
+    const uint8_t *scales = STAGE == 1 ? ex->w13_wg_scale : ex->w2_wg_scale;
+    switch (bn) {
+    case 128: return launch<STAGE, 128, WG_128_CONFIG>(stream, ex, T, K, p, codes, scales, chain, table_m, err);
+    case 32: return launch<STAGE, 32, WG_SMALL_CONFIG>(stream, ex, T, K, p, codes, scales, chain, table_m, err);
+    case 16: return launch<STAGE, 16, WG_SMALL_CONFIG>(stream, ex, T, K, p, codes, scales, chain, table_m, err);
+    }
+    return moe_fail(err, MOE_ERR_INTERNAL, "cuda: no wgmma kernel of %d rows a tile", bn);
+}
+
+/* Tiers of tile sizes (sizes [n], descending): the grouping makes tiles of sizes[0] rows, and
+ * the kernel of sizes[i] takes the tiles whose rows left (in the expert, from the tile's first)
+ * exceed sizes[i + 1], the first any number above, the last every tile left; each launches
+ * beside the one before. A skewed routing leaves most of an expert's last tile empty (at
+ * T = 4096 the 128-row tiles hold 71 rows on average, at T = 512 the 32-row ones 13,
+ * docs/perf-cuda.md, twenty-sixth run), and a block's fixed cost is smaller on the small
+ * tiles' kernels: 128,32,16 took the layer from 3541-3546 to 3365-3377 us at T = 4096 and
+ * from 2035-2041 to 1745-1750 at T = 1500; 32,16 from 1186-1189 to 1124 at T = 512 and from
+ * 943 (16 alone) to 893-896 at T = 256 (twenty-seventh run; cuda_backend.cu's wgmma_for picks
+ * the tiers by T). One size: no filter at all. */
+template <int STAGE>
+moe_status launch_tiers(const int *sizes, int n, cudaStream_t stream, const moe_cuda_experts *ex,
+                        int T, int K, stream_args p, wg_chain chain, moe_error *err) {
+    for (int i = 0; i < n; i++) {
+        p.rows_hi = n == 1 ? 0 : i == 0 ? INT_MAX : sizes[i];
+        p.rows_lo = i + 1 < n ? sizes[i + 1] : 0;
+        if (i > 0) chain.beside_previous = true;
+        const moe_status st = launch_rows<STAGE>(sizes[i], sizes[0], stream, ex, T, K, p, chain, err);
+        if (st != MOE_OK) return st;
+    }
+    return MOE_OK;
+}
+
+#define WGMMA_LAUNCHERS(NAME, ...)                                                                \
+    static const int sizes_##NAME[] = {__VA_ARGS__};                                              \
+    moe_status moe_cuda_expert_wg1_##NAME(cudaStream_t stream, const moe_cuda_experts *ex, int T, \
+                                          int K, const uint16_t *x, const int32_t *counts,        \
+                                          const int32_t *perm, moe_cuda_tile *tiles,              \
+                                          const int32_t *n_tiles, uint16_t *h, moe_error *err) {  \
+        const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);    \
+        return launch_tiers<1>(sizes_##NAME, (int)(sizeof sizes_##NAME / sizeof(int)), stream, ex, \
+                               T, K, p, chain_gemm1(tiles), err);                                 \
+    }                                                                                             \
+    moe_status moe_cuda_expert_wg2_##NAME(cudaStream_t stream, const moe_cuda_experts *ex, int T, \
+                                          int K, const uint16_t *h, const int32_t *counts,        \
+                                          const int32_t *perm, const moe_cuda_tile *tiles,        \
+                                          const int32_t *n_tiles, float *y, moe_error *err) {     \
+        const stream_args p = stream_args_gemm2(ex, T, h, counts, perm, tiles, n_tiles, y);       \
+        return launch_tiers<2>(sizes_##NAME, (int)(sizeof sizes_##NAME / sizeof(int)), stream, ex, \
+                               T, K, p, chain_gemm2(ex), err);                                    \
+    }
+WGMMA_LAUNCHERS(16, 16)
+WGMMA_LAUNCHERS(32_16, 32, 16)
+WGMMA_LAUNCHERS(128_32_16, 128, 32, 16)
 moe_status moe_cuda_expert_wg1_16_split(cudaStream_t stream, const moe_cuda_experts *ex, int T,
                                         int K, const uint16_t *x, const int32_t *counts,
                                         const int32_t *perm, moe_cuda_tile *tiles,
                                         const int32_t *n_tiles, uint16_t *h, moe_error *err) {
     const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);
     return launch<1, 16, WG_SPLIT_CONFIG>(stream, ex, T, K, p, ex->w13_wg, ex->w13_wg_scale,
-                                          chain_gemm1(tiles), err);
+                                          chain_gemm1(tiles), 16, err);
 }
 moe_status moe_cuda_expert_wg2_16_split(cudaStream_t stream, const moe_cuda_experts *ex, int T,
                                         int K, const uint16_t *h, const int32_t *counts,
@@ -843,5 +893,5 @@ moe_status moe_cuda_expert_wg2_16_split(cudaStream_t stream, const moe_cuda_expe
                                         const int32_t *n_tiles, float *y, moe_error *err) {
     const stream_args p = stream_args_gemm2(ex, T, h, counts, perm, tiles, n_tiles, y);
     return launch<2, 16, WG_SPLIT_CONFIG>(stream, ex, T, K, p, ex->w2_wg, ex->w2_wg_scale,
-                                          chain_gemm2(ex), err);
+                                          chain_gemm2(ex), 16, err);
 }

@@ -223,13 +223,15 @@ moe_cuda_expert_gemm2_fn moe_cuda_expert_gemv2;
 moe_cuda_expert_gemm1_fn moe_cuda_expert_mma1, moe_cuda_expert_mma1_m16;
 moe_cuda_expert_gemm2_fn moe_cuda_expert_mma2, moe_cuda_expert_mma2_m16;
 /* Warpgroup MMA (wgmma, cuda_experts_wgmma.cu) on MXFP4 packed by moe_cuda_wgmma_pack: tiles
- * of 16, 32 or 128 rows (the suffix); wg1_16_split, wg2_16_split: tiles of 16 rows with the
+ * of the suffix's first size in rows, each taken by the kernel of the smallest size of the
+ * suffix that holds its rows left (32_16: a 32-row table, a 16-row kernel beside for the tiles
+ * of at most 16 rows); wg1_16_split, wg2_16_split: tiles of 16 rows with the
  * reduction split into MOE_CUDA_WG_SPLIT slices, for T <= MOE_CUDA_WG_SPLIT_MAX_T, through
  * ex's split scratch (a few tokens have too few tiles to keep every multiprocessor streaming). */
-moe_cuda_expert_gemm1_fn moe_cuda_expert_wg1_16, moe_cuda_expert_wg1_32, moe_cuda_expert_wg1_128,
-    moe_cuda_expert_wg1_16_split;
-moe_cuda_expert_gemm2_fn moe_cuda_expert_wg2_16, moe_cuda_expert_wg2_32, moe_cuda_expert_wg2_128,
-    moe_cuda_expert_wg2_16_split;
+moe_cuda_expert_gemm1_fn moe_cuda_expert_wg1_16, moe_cuda_expert_wg1_32_16,
+    moe_cuda_expert_wg1_128_32_16, moe_cuda_expert_wg1_16_split;
+moe_cuda_expert_gemm2_fn moe_cuda_expert_wg2_16, moe_cuda_expert_wg2_32_16,
+    moe_cuda_expert_wg2_128_32_16, moe_cuda_expert_wg2_16_split;
 #define MOE_CUDA_WG_SPLIT 2
 #define MOE_CUDA_WG_SPLIT_MAX_T 4
 /* The split scratch for T tokens, one region for each GEMM: fp32 partial sums and int32 arrival
