@@ -186,9 +186,14 @@ typedef struct {
 
 /* rows [E]: each expert's routed rows -> its tiles of bn rows. */
 lab_tiles lab_tiles_of(const int *rows, int E, int bn);
+/* rows [E] -> one tier's share of the tiles of table_m rows: those whose rows left in the
+ * expert (from the tile's first row) are in (rows_above, rows_at_most], each holding at most
+ * table_m of them (bn = table_m in the result). */
+lab_tiles lab_tier_of(const int *rows, int E, int table_m, int rows_above, int rows_at_most);
 
-/* Two lines on out: the experts' rows (used, least, most, mean) and their tiles of each size
- * the wgmma kernels take. */
+/* Three lines on out: the experts' rows (used, least, most, mean), their tiles of each size
+ * the wgmma kernels take, and how the tiers of tile sizes that the CUDA path runs share those
+ * tiles among their kernels. */
 void lab_print_tiles(FILE *out, const int *rows, int E);
 
 /* Each routed expert's rows [sh->cfg.R] at T tokens of x [T, D], routed on the host as the

@@ -8,7 +8,9 @@
  *     grows with n and a part that does not (its weights' decode, its start and its end), so
  *     both the tile count and the rows a tile holds matter: the CUDA path picks one tile size a
  *     call from the average T * K / R (cuda_backend.cu, wgmma_for), which a skewed routing
- *     leaves far from the tiles' real rows;
+ *     leaves far from the tiles' real rows. So the path runs tiers of tile sizes above a few
+ *     rows an expert (cuda_experts_wgmma.cu, launch_tiers): the tiles of the largest size, each
+ *     taken by the smallest kernel that holds its rows left, which the third line shows;
  *   - --tiles routes every token of the lab's input at T (input 0, the one the checks use) as
  *     the reference does: the gate logits in double rounded once to fp32 (ref_gate_logits),
  *     then moe_route_tokens; tokens holding NaN or inf are not routed.
@@ -20,29 +22,33 @@
 #include "common/routing.h"
 #include "ref/ref.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The tile sizes of the wgmma kernels (opt/cuda/cuda_backend.cu, wgmma_kernels). */
+/* The tile sizes of the wgmma kernels and their tiers, largest first (opt/cuda/cuda_backend.cu,
+ * wgmma_kernels). */
 static const int TILE_ROWS[] = {16, 32, 128};
+static const int TIERS[][4] = {{128, 32, 16, 0}, {32, 16, 0, 0}}; /* 0 ends a list */
 #define WGMMA_N_STEP 16
 
-lab_tiles lab_tiles_of(const int *rows, int E, int bn) {
-    lab_tiles t = {bn, 0, 0.0, 0.0};
+lab_tiles lab_tier_of(const int *rows, int E, int table_m, int rows_above, int rows_at_most) {
+    lab_tiles t = {table_m, 0, 0.0, 0.0};
     long real = 0, padded = 0;
-    for (int e = 0; e < E; e++) {
-        const int tiles = (rows[e] + bn - 1) / bn;
-        t.tiles += tiles;
-        real += rows[e];
-        for (int i = 0; i < tiles; i++) {
-            const int in_tile = rows[e] - i * bn < bn ? rows[e] - i * bn : bn;
+    for (int e = 0; e < E; e++)
+        for (int row0 = 0; row0 < rows[e]; row0 += table_m) {
+            const int left = rows[e] - row0, in_tile = left < table_m ? left : table_m;
+            if (left <= rows_above || left > rows_at_most) continue;
+            t.tiles++;
+            real += in_tile;
             padded += (in_tile + WGMMA_N_STEP - 1) / WGMMA_N_STEP * WGMMA_N_STEP;
         }
-    }
     if (t.tiles > 0) t.rows_per_tile = (double)real / t.tiles, t.n_per_tile = (double)padded / t.tiles;
     return t;
 }
+
+lab_tiles lab_tiles_of(const int *rows, int E, int bn) { return lab_tier_of(rows, E, bn, 0, INT_MAX); }
 
 void lab_print_tiles(FILE *out, const int *rows, int E) {
     int used = 0, lo = 0, hi = 0;
@@ -60,6 +66,18 @@ void lab_print_tiles(FILE *out, const int *rows, int E) {
         const lab_tiles t = lab_tiles_of(rows, E, TILE_ROWS[i]);
         fprintf(out, "%s %d of %d rows (%.1f, %.1f)", i ? ";" : "", t.tiles, t.bn, t.rows_per_tile,
                 t.n_per_tile);
+    }
+    fprintf(out, "\n  tiers (tiles a kernel: real rows a tile, n a tile):");
+    for (size_t l = 0; l < sizeof TIERS / sizeof TIERS[0]; l++) {
+        const int *sizes = TIERS[l];
+        fprintf(out, "%s", l ? ";" : "");
+        for (int i = 0; sizes[i]; i++) fprintf(out, "%s%d", i ? "," : " ", sizes[i]);
+        for (int i = 0; sizes[i]; i++) {
+            const int above = sizes[i + 1], at_most = i == 0 ? INT_MAX : sizes[i];
+            const lab_tiles t = lab_tier_of(rows, E, sizes[0], above, at_most);
+            fprintf(out, "%s %d on %d (%.1f, %.1f)", i ? "," : ":", t.tiles, sizes[i],
+                    t.rows_per_tile, t.n_per_tile);
+        }
     }
     fprintf(out, "\n");
 }

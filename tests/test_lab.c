@@ -14,6 +14,7 @@
 #include "../harness/mutants.h"
 #include "../common/layer_data.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -454,6 +455,7 @@ static void test_whole_run_on_host_timer(void **state) {
         assert_non_null(strstr(text, "sampled tokens:"));
         /* the tiles from the variant's own selection: T * K rows over R experts at T = 70 */
         assert_non_null(strstr(text, "tiles (real rows a tile, n a tile): "));
+        assert_non_null(strstr(text, "tiers (tiles a kernel: real rows a tile, n a tile): "));
         assert_non_null(strstr(text, "experts used, rows ") && strstr(text, ", mean 17.5\n"));
         assert_non_null(strstr(text, "spread of the 3 calls, layer on device: p10 12000.0, "
                                      "median 12000.0, p90 12000.0 us"));
@@ -516,6 +518,30 @@ static void test_tiles_of(void **state) {
     assert_true(t.rows_per_tile == 0.0 && t.n_per_tile == 0.0);
 }
 
+/* The tiers share out the table's tiles by the rows left from each tile's first, worked by hand
+ * for the rows above. Tiers 128,32,16 on 128-row tiles: 130 rows make a tile of 128 rows left
+ * (128-row kernel) and one of 2 (16-row kernel); 33 rows one tile on the 128-row kernel (n 48);
+ * 5 and 16 rows one tile each on the 16-row kernel; none on the 32-row kernel. Tiers 32,16 on
+ * 32-row tiles: 130 rows make four full tiles (130, 98, 66, 34 left) and one of 2, 33 rows one
+ * full tile and one of 1. */
+static void test_tiers_share_the_tiles(void **state) {
+    (void)state;
+    const int rows[] = {0, 5, 130, 16, 33};
+    lab_tiles t = lab_tier_of(rows, 5, 128, 32, INT_MAX);
+    assert_int_equal(t.tiles, 2);
+    assert_true(fabs(t.rows_per_tile - 161.0 / 2) < 1e-12 && fabs(t.n_per_tile - 176.0 / 2) < 1e-12);
+    assert_int_equal(lab_tier_of(rows, 5, 128, 16, 32).tiles, 0);
+    t = lab_tier_of(rows, 5, 128, 0, 16);
+    assert_int_equal(t.tiles, 3);
+    assert_true(fabs(t.rows_per_tile - 23.0 / 3) < 1e-12 && fabs(t.n_per_tile - 16.0) < 1e-12);
+    t = lab_tier_of(rows, 5, 32, 16, INT_MAX);
+    assert_int_equal(t.tiles, 5);
+    assert_true(fabs(t.rows_per_tile - 32.0) < 1e-12 && fabs(t.n_per_tile - 32.0) < 1e-12);
+    t = lab_tier_of(rows, 5, 32, 0, 16);
+    assert_int_equal(t.tiles, 4);
+    assert_true(fabs(t.rows_per_tile - 6.0) < 1e-12 && fabs(t.n_per_tile - 16.0) < 1e-12);
+}
+
 /* Routed on the host, every token's K slots land on K different experts: the rows add up to
  * T * K and no expert holds more than T. The command prints both lines at every T. */
 static void test_tiles_routed_on_host(void **state) {
@@ -553,6 +579,8 @@ static void test_tiles_routed_on_host(void **state) {
     assert_non_null(strstr(text, "T = 77 (expected"));
     assert_non_null(strstr(text, "tiles (real rows a tile, n a tile): "));
     assert_non_null(strstr(text, " of 128 rows ("));
+    assert_non_null(strstr(text, "tiers (tiles a kernel: real rows a tile, n a tile): 128,32,16: "));
+    assert_non_null(strstr(text, "; 32,16: "));
 }
 
 /* The picture from a CSV alone: the fixture's (made-up numbers, never a measurement) gives one
@@ -585,7 +613,7 @@ int main(void) {
         cmocka_unit_test(test_timeline_printed_or_said_missing),
         cmocka_unit_test(test_small_on_gpu),
         cmocka_unit_test(test_plot_from_fixture),      cmocka_unit_test(test_tiles_of),
-        cmocka_unit_test(test_tiles_routed_on_host),
+        cmocka_unit_test(test_tiers_share_the_tiles), cmocka_unit_test(test_tiles_routed_on_host),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
