@@ -88,6 +88,7 @@ LIB_OBJ  := $(LIB_CSRC:%.c=$(BUILD)/obj/%.o) $(CUDA_SRC:%.cu=$(BUILD)/obj/%.cu.o
 LIB      := $(BUILD)/lib/libinkling.a
 TOOL     := $(BUILD)/bin/inkling-moe
 OVERLAP_PROBE := $(BUILD)/bin/cuda-overlap-probe
+STREAM_PROBE := $(BUILD)/bin/cuda-stream-probe
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
@@ -95,7 +96,7 @@ TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 .PHONY: all deps deps-python test test-now check-ptxas-guard asan coverage fuzz fuzz-now fuzz-selftest fuzz-parse golden \
         golden-check bench-cpu config clean help examples install fuzz-external
 
-all: config $(LIB) $(TOOL) $(TESTS) examples $(if $(CUDA_SRC),$(OVERLAP_PROBE))
+all: config $(LIB) $(TOOL) $(TESTS) examples $(if $(CUDA_SRC),$(OVERLAP_PROBE) $(STREAM_PROBE))
 
 deps:
 	@sh ./install-deps.sh
@@ -270,6 +271,14 @@ $(TOOL): harness/main.c $(LIB)
 $(OVERLAP_PROBE): opt/cuda/check/overlap_probe.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) $< -o $@
+
+# How fast one bf16 matrix (the sinks' w13) streams for one token on part of the GPU, by bytes in
+# flight and multiprocessors (opt/cuda/check/stream_probe.cu); runs only on a GPU host.
+# It times the layer's own cuBLASLt plan beside its kernels, so it links the library.
+$(STREAM_PROBE): opt/cuda/check/stream_probe.cu $(LIB)
+	@mkdir -p $(dir $@) $(BUILD)/obj/opt/cuda/check
+	$(NVCC) $(NVFLAGS) -c $< -o $(BUILD)/obj/opt/cuda/check/stream_probe.o
+	$(CC) $(CFLAGS) $(BUILD)/obj/opt/cuda/check/stream_probe.o $(LIB) $(LDLIBS) -o $@
 
 # The CUDA path built with nvcc (warnings as errors) into the tool, whose `lab` command is the
 # kernel lab: every CUDA variant at a real shape on a GPU, checked and timed per stage
