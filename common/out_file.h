@@ -23,6 +23,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     int fd;     /* the temporary, open for writing; -1 when none */
     int slot;   /* its place in the signal handler's table, -1 when none */
@@ -50,5 +54,9 @@ void moe_out_guard_signals(void);
  * "argument --out". */
 moe_status moe_out_refuse_same(const char *what, const char *path, const char *const *inputs,
                                int n, moe_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* INKLING_OUT_FILE_H */

@@ -26,10 +26,14 @@
  *     out, the layer's workspace size) planned for each multiprocessor count alone, its out
  *     checked against the same product within a bf16 rounding.
  *
- * Usage: cuda-stream-probe [--csv FILE] (every case as a CSV row). Needs a CUDA device; exits 2
- * without one, 1 on a wrong result or a failed call.
+ * Usage: cuda-stream-probe [--csv FILE] (every case as a CSV row, written whole at the end or not
+ * at all: common/out_file.h). Needs a CUDA device; exits 2 without one or on a bad FILE, 1 on a
+ * wrong result or a failed call.
  */
 #include "../cuda_internal.h"
+#include "../../../common/out_file.h"
+
+#include <stdarg.h>
 
 #include <math.h>
 #include <stdint.h>
@@ -254,6 +258,17 @@ static double time_lt(cublasLtHandle_t lt, int sm_target, const uint4 *w, const 
     return us[REPS / 2];
 }
 
+/* The CSV's rows, kept until the end (a few kB). */
+static char csv_text[1 << 16];
+static size_t csv_len;
+static void csv_row(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(csv_text + csv_len, sizeof csv_text - csv_len, fmt, ap);
+    va_end(ap);
+    if (n > 0 && (size_t)n < sizeof csv_text - csv_len) csv_len += (size_t)n;
+}
+
 int main(int argc, char **argv) {
     const char *csv_path = NULL;
     if (argc == 3 && !strcmp(argv[1], "--csv")) csv_path = argv[2];
@@ -266,11 +281,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cuda-stream-probe: no CUDA device\n");
         return 2;
     }
-    FILE *csv = NULL;
-    if (csv_path && !(csv = fopen(csv_path, "w"))) {
-        fprintf(stderr, "cuda-stream-probe: cannot write %s\n", csv_path);
+    moe_error err;
+    if (csv_path && moe_out_refuse_same("argument --csv", csv_path, NULL, 0, &err)) {
+        fprintf(stderr, "cuda-stream-probe: %s\n", err.msg);
         return 2;
     }
+    moe_out_guard_signals();
     int sms = 0, smem_per_sm = 0, smem_reserved = 0;
     PROBE_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     PROBE_TRY(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
@@ -317,7 +333,7 @@ int main(int argc, char **argv) {
     double table[sizeof cases / sizeof cases[0]][sizeof sm_counts / sizeof sm_counts[0]];
     int regs[sizeof cases / sizeof cases[0]];
     memset(table, 0, sizeof table);
-    if (csv) fprintf(csv, "kernel,warps,blocks_per_sm,rows,regs,sms,us,TBps\n");
+    csv_row("kernel,warps,blocks_per_sm,rows,regs,sms,us,TBps\n");
     bool have_first = false, wrong = false;
     for (int i = 0; i < n_cases; i++) {
         const stream_case *c = &cases[i];
@@ -340,9 +356,8 @@ int main(int argc, char **argv) {
             const int n_sms = sm_counts[j] < sms ? sm_counts[j] : sms;
             PROBE_TRY(cudaMemset(out, 0xFF, N_ROWS * sizeof(float))); /* NaN: a row left out shows */
             const double us = time_case(c, (unsigned)n_sms, sms, pad, w, x, out, counter, flush, e0, e1);
-            if (csv)
-                fprintf(csv, "%s,%d,%d,%d,%d,%d,%.2f,%.3f\n", c->gemv ? "gemv" : "read", c->warps,
-                        c->blocks, c->rows, attr.numRegs, n_sms, us, bytes / us * 1e-6);
+            csv_row("%s,%d,%d,%d,%d,%d,%.2f,%.3f\n", c->gemv ? "gemv" : "read", c->warps,
+                    c->blocks, c->rows, attr.numRegs, n_sms, us, bytes / us * 1e-6);
             table[i][j] = us;
             if (c->gemv && !check_out(c, n_sms, out, out_host, first, w_host, x_host, &have_first)) wrong = true;
         }
@@ -362,7 +377,7 @@ int main(int argc, char **argv) {
         bool right = false;
         lt_us[j] = time_lt(lt, sm_counts[j] < sms ? sm_counts[j] : 0, w, x, out_bf16, workspace, flush, e0, e1,
                            w_host, x_host, &right);
-        if (csv) fprintf(csv, "cublaslt,,,,,%d,%.2f,%.3f\n", sm_counts[j] < sms ? sm_counts[j] : sms, lt_us[j],
+        csv_row("cublaslt,,,,,%d,%.2f,%.3f\n", sm_counts[j] < sms ? sm_counts[j] : sms, lt_us[j],
                          bytes / lt_us[j] * 1e-6);
         if (!right) wrong = true;
     }
@@ -387,7 +402,14 @@ int main(int argc, char **argv) {
                                             "cuBLASLt within a bf16 rounding of it");
     cublasLtDestroy(lt);
     cudaFree(out_bf16), cudaFree(workspace);
-    if (csv) fclose(csv);
+    if (csv_path) {
+        moe_out_file o;
+        if (moe_out_open(csv_path, &o, &err) || moe_out_write(&o, csv_text, csv_len, &err) ||
+            moe_out_commit(&o, &err)) {
+            fprintf(stderr, "cuda-stream-probe: %s\n", err.msg);
+            return 2;
+        }
+    }
     cudaFree(w), cudaFree(x), cudaFree(out), cudaFree(counter), cudaFree(flush);
     free(w_host), free(out_host), free(first);
     return wrong ? 1 : 0;
