@@ -276,17 +276,21 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: cuda-stream-probe [--csv FILE]\n");
         return 2;
     }
+    moe_error err;
+    if (csv_path) { /* refused now, not after the measurements: opened once and given up */
+        moe_out_file probe;
+        if (moe_out_refuse_same("argument --csv", csv_path, NULL, 0, &err) || moe_out_open(csv_path, &probe, &err)) {
+            fprintf(stderr, "cuda-stream-probe: %s\n", err.msg);
+            return 2;
+        }
+        moe_out_abort(&probe);
+    }
+    moe_out_guard_signals();
     int n_devices = 0;
     if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) {
         fprintf(stderr, "cuda-stream-probe: no CUDA device\n");
         return 2;
     }
-    moe_error err;
-    if (csv_path && moe_out_refuse_same("argument --csv", csv_path, NULL, 0, &err)) {
-        fprintf(stderr, "cuda-stream-probe: %s\n", err.msg);
-        return 2;
-    }
-    moe_out_guard_signals();
     int sms = 0, smem_per_sm = 0, smem_reserved = 0;
     PROBE_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     PROBE_TRY(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
