@@ -22,6 +22,17 @@
  *     runs on that many multiprocessors;
  *   - a row's sum has one order (a lane's pieces in row order, then a fixed butterfly), so every
  *     gemv case gives the same out bit for bit; the first is checked against a host double product;
+ *   - each form also with the loads' L2::256B prefetch-size hint, and a read by bulk copies
+ *     (cp.async.bulk into a ring of shared-memory stages, one thread a multiprocessor issuing
+ *     them): does the way the rows are asked for, rather than how many are in flight, hold the
+ *     rate near 3 TB/s? Each read form runs again on 4 copies of W one after the other (268 MB)
+ *     on every multiprocessor; the extra rows' rate is then free of the fixed costs of a call
+ *     (its launch, the first bytes' latency, the tail), as is a device copy of both sizes, and an
+ *     empty kernel times the launch alone;
+ *   - what a dependent link of a chain costs: W read by 1, 2, 4 and 8 kernels one after the other
+ *     in one CUDA graph (each over its share of the rows), plainly and with each kernel a
+ *     programmatic dependent of the one before that waits for it at its start, as the layer's
+ *     chains do; every read and chain is checked to have written every row's out;
  *   - beside them, the layer's own cuBLASLt plan for the sinks' GEMM1 (opt/cuda/cuda_lt.cu, bf16
  *     out, the layer's workspace size) planned for each multiprocessor count alone, its out
  *     checked against the same product within a bf16 rounding.
@@ -48,6 +59,11 @@
 #define FLUSH_BYTES (256u << 20)
 #define REPS 15
 #define CHUNK 4 /* rows a ticket */
+#define BIG 4   /* the longer stream: this many copies of W one after the other (268 MB) */
+#define MAX_LINKS 8 /* the longest chain of kernels that read W in turn */
+#define CHAIN_WARPS 8 /* the chains' read form: one of the fastest on every multiprocessor */
+#define CHAIN_BLOCKS 1
+#define CHAIN_ROWS 2
 #define LT_WORKSPACE (32u << 20) /* as the layer's (cuda_backend.cu) */
 
 #define PROBE_TRY(call)                                                                           \
@@ -65,12 +81,18 @@ __device__ __forceinline__ unsigned sm_id(void) {
     return id;
 }
 
-/* 16 bytes read once: no L1 line kept (as the sinks' small kernel reads its weights). */
-__device__ __forceinline__ uint4 load_once(const uint4 *src) {
+/* 16 bytes read once: no L1 line kept (as the sinks' small kernel reads its weights). HINT:
+ * with the prefetch-size hint that asks L2 to fill the whole 256-byte block around them. */
+template <bool HINT> __device__ __forceinline__ uint4 load_once(const uint4 *src) {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(src));
+    if (HINT)
+        asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(src));
+    else
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(src));
     return v;
 }
 
@@ -92,9 +114,9 @@ __device__ __forceinline__ int next_chunk(int *counter, int lane) {
     return __shfl_sync(0xFFFFFFFFu, row, 0);
 }
 
-template <bool GEMV, int WARPS, int BLOCKS, int ROWS>
-__global__ void __launch_bounds__(WARPS * 32, BLOCKS) stream_kernel(const uint4 *w, const uint4 *x, float *out,
-                                                                    int *counter, unsigned n_sms) {
+template <bool GEMV, bool HINT, int WARPS, int ROWS>
+__device__ __forceinline__ void stream_rows(const uint4 *w, const uint4 *x, float *out, int *counter, unsigned n_sms,
+                                            int n_rows) {
     static_assert(CHUNK % ROWS == 0, "whole batches of rows");
     __shared__ uint4 xs[GEMV ? ROW_PIECES : 1];
     if (sm_id() >= n_sms) return;
@@ -103,7 +125,7 @@ __global__ void __launch_bounds__(WARPS * 32, BLOCKS) stream_kernel(const uint4 
         for (int i = (int)threadIdx.x; i < ROW_PIECES; i += WARPS * 32) xs[i] = x[i];
         __syncthreads();
     }
-    for (int chunk = next_chunk(counter, lane); chunk < N_ROWS; chunk = next_chunk(counter, lane))
+    for (int chunk = next_chunk(counter, lane); chunk < n_rows; chunk = next_chunk(counter, lane))
         for (int row = chunk; row < chunk + CHUNK; row += ROWS) {
             float acc[ROWS];
             uint32_t fold[ROWS];
@@ -114,7 +136,7 @@ __global__ void __launch_bounds__(WARPS * 32, BLOCKS) stream_kernel(const uint4 
             for (int r = 0; r < ROWS; r++)
 #pragma unroll
                 for (int p = 0; p < LANE_PIECES; p++)
-                    v[r][p] = load_once(w + (size_t)(row + r) * ROW_PIECES + (size_t)p * 32 + lane);
+                    v[r][p] = load_once<HINT>(w + (size_t)(row + r) * ROW_PIECES + (size_t)p * 32 + lane);
 #pragma unroll
             for (int r = 0; r < ROWS; r++)
 #pragma unroll
@@ -132,23 +154,98 @@ __global__ void __launch_bounds__(WARPS * 32, BLOCKS) stream_kernel(const uint4 
         }
 }
 
-typedef void (*stream_fn)(const uint4 *, const uint4 *, float *, int *, unsigned);
+template <bool GEMV, bool HINT, int WARPS, int BLOCKS, int ROWS>
+__global__ void __launch_bounds__(WARPS * 32, BLOCKS) stream_kernel(const uint4 *w, const uint4 *x, float *out,
+                                                                    int *counter, unsigned n_sms, int n_rows) {
+    stream_rows<GEMV, HINT, WARPS, ROWS>(w, x, out, counter, n_sms, n_rows);
+}
+/* The read as a programmatic dependent launch: launched while the kernel before it runs, it
+ * waits for that kernel's end and memory here (as the layer's GEMM2 waits for GEMM1). */
+template <int WARPS, int BLOCKS, int ROWS>
+__global__ void __launch_bounds__(WARPS * 32, BLOCKS) dependent_read_kernel(const uint4 *w, const uint4 *x, float *out,
+                                                                            int *counter, unsigned n_sms, int n_rows) {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    stream_rows<false, false, WARPS, ROWS>(w, x, out, counter, n_sms, n_rows);
+}
+
+/* ---------------------------------------------------------------- bulk copies */
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void bar_init(uint32_t bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+}
+/* bytes [src, src + bytes) to shared memory at dst by one bulk copy that completes on bar */
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile("{\n\t.reg .pred done;\n"
+                 "WAIT_%=:\n\tmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "\t@!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+
+/* The read by bulk copies (cp.async.bulk, the copy engine behind TMA): one block of one warp a
+ * multiprocessor, lane 0 keeping STAGES copies of PIECE_ROWS whole rows in flight through a
+ * ring of shared-memory stages. A block takes one contiguous share of the rows (its rank among
+ * the blocks that stay, by one ticket), so no ticket is drawn per copy. The rows are not used:
+ * this is the rate of the copies alone (x and out are unused). */
+template <int STAGES, int PIECE_ROWS>
+__global__ void __launch_bounds__(32, 1) bulk_kernel(const uint4 *w, const uint4 *x, float *out, int *counter,
+                                                     unsigned n_sms, int n_rows) {
+    (void)x, (void)out;
+    extern __shared__ __align__(128) uint8_t stage_bytes[];
+    __shared__ __align__(8) uint64_t bars[STAGES];
+    if (sm_id() >= n_sms || threadIdx.x != 0) return;
+    constexpr uint32_t PIECE = PIECE_ROWS * KD * 2;
+    const int rank = atomicAdd(counter, 1);
+    const int first = (int)((long long)n_rows * rank / (int)n_sms);
+    const int last = (int)((long long)n_rows * (rank + 1) / (int)n_sms);
+    for (int s = 0; s < STAGES; s++) bar_init(smem_addr(&bars[s]));
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    const uint8_t *src = (const uint8_t *)w;
+    int i = 0;
+    for (int row = first; row < last; row += PIECE_ROWS, i++) {
+        const int s = i % STAGES;
+        if (i >= STAGES) bar_wait(smem_addr(&bars[s]), (uint32_t)(i / STAGES - 1) & 1u);
+        const uint32_t bytes = (uint32_t)(min(PIECE_ROWS, last - row) * KD * 2);
+        bulk_copy(smem_addr(stage_bytes + (size_t)s * PIECE), src + (size_t)row * KD * 2, bytes,
+                  smem_addr(&bars[s]));
+    }
+    for (int j = max(0, i - STAGES); j < i; j++) /* the copies still in flight */
+        bar_wait(smem_addr(&bars[j % STAGES]), (uint32_t)(j / STAGES) & 1u);
+    atomicAdd(counter + 1, last - first);
+}
+
+/* Nothing: the fixed cost of a timed launch on every multiprocessor. */
+__global__ void empty_kernel(const uint4 *, const uint4 *, float *, int *, unsigned, int) {}
+
+typedef void (*stream_fn)(const uint4 *, const uint4 *, float *, int *, unsigned, int);
 
 typedef struct {
-    bool gemv;
-    int warps, blocks, rows;
-    stream_fn kernel;
+    const char *kernel; /* read, gemv, bulk */
+    bool hint;          /* the loads' L2::256B prefetch-size hint */
+    int warps, blocks, rows, stages;
+    stream_fn fn;
 } stream_case;
 
 /* (warps, blocks a multiprocessor, rows a warp): 512 threads a multiprocessor (128 registers a
- * thread), 1024 (64) and 256 (up to 255) */
-#define CASE(G, W, B, R) {G, W, B, R, stream_kernel<G, W, B, R>}
-#define CASES_OF(G)                                                                               \
-    CASE(G, 4, 4, 1), CASE(G, 8, 2, 1), CASE(G, 16, 1, 1), CASE(G, 4, 4, 2), CASE(G, 8, 2, 2),    \
-    CASE(G, 16, 1, 2), CASE(G, 8, 4, 1), CASE(G, 16, 2, 1), CASE(G, 32, 1, 1), CASE(G, 8, 1, 2),  \
-    CASE(G, 4, 2, 2)
+ * thread), 1024 (64) and 256 (up to 255); each without and with the prefetch-size hint */
+#define CASE(G, H, W, B, R) {G ? "gemv" : "read", H, W, B, R, 0, stream_kernel<G, H, W, B, R>}
+#define FORMS_OF(G, H)                                                                            \
+    CASE(G, H, 4, 4, 1), CASE(G, H, 8, 2, 1), CASE(G, H, 16, 1, 1), CASE(G, H, 4, 4, 2),          \
+    CASE(G, H, 8, 2, 2), CASE(G, H, 16, 1, 2), CASE(G, H, 8, 4, 1), CASE(G, H, 16, 2, 1),         \
+    CASE(G, H, 32, 1, 1), CASE(G, H, 8, 1, 2), CASE(G, H, 4, 2, 2)
+/* (stages, rows a copy): 32 to 192 kB in flight a multiprocessor */
+#define BULK(S, P) {"bulk", false, 1, 1, P, S, bulk_kernel<S, P>}
 
-static const stream_case cases[] = {CASES_OF(false), CASES_OF(true)};
+static const stream_case cases[] = {FORMS_OF(false, false), FORMS_OF(false, true), FORMS_OF(true, false),
+                                    FORMS_OF(true, true),  BULK(4, 1),  BULK(2, 4), BULK(4, 4),
+                                    BULK(6, 4),            BULK(16, 1), BULK(12, 2)};
 
 static int compare_doubles(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -162,16 +259,18 @@ static float bf16_value(uint16_t bits) {
     return f;
 }
 
-/* median µs of REPS calls of case c on n_sms of the sms multiprocessors (pad bytes of dynamic
- * shared memory a block), each after a flush of the L2 */
-static double time_case(const stream_case *c, unsigned n_sms, int sms, int pad, const uint4 *w, const uint4 *x,
-                        float *out, int *counter, void *flush, cudaEvent_t e0, cudaEvent_t e1) {
+/* median µs of REPS calls of fn on n_sms of the sms multiprocessors (blocks of threads each a
+ * multiprocessor, pad bytes of dynamic shared memory a block) over n_rows rows of w, each after a
+ * flush of the L2 */
+static double time_case(stream_fn fn, int blocks, int threads, unsigned n_sms, int sms, int pad, int n_rows,
+                        const uint4 *w, const uint4 *x, float *out, int *counter, void *flush, cudaEvent_t e0,
+                        cudaEvent_t e1) {
     double us[REPS];
     for (int r = -1; r < REPS; r++) { /* r = -1: a warm-up */
         PROBE_TRY(cudaMemsetAsync(flush, r & 0xFF, FLUSH_BYTES, 0));
-        PROBE_TRY(cudaMemsetAsync(counter, 0, sizeof(int), 0));
+        PROBE_TRY(cudaMemsetAsync(counter, 0, 2 * sizeof(int), 0));
         PROBE_TRY(cudaEventRecord(e0, 0));
-        c->kernel<<<c->blocks * sms, c->warps * 32, (size_t)pad>>>(w, x, out, counter, n_sms);
+        fn<<<blocks * sms, threads, (size_t)pad>>>(w, x, out, counter, n_sms, n_rows);
         PROBE_TRY(cudaGetLastError());
         PROBE_TRY(cudaEventRecord(e1, 0));
         PROBE_TRY(cudaEventSynchronize(e1));
@@ -183,6 +282,79 @@ static double time_case(const stream_case *c, unsigned n_sms, int sms, int pad, 
     return us[REPS / 2];
 }
 
+/* median µs of REPS device copies of bytes from src to dst, each after a flush of the L2 */
+static double time_copy(void *dst, const void *src, size_t bytes, void *flush, cudaEvent_t e0, cudaEvent_t e1) {
+    double us[REPS];
+    for (int r = -1; r < REPS; r++) {
+        PROBE_TRY(cudaMemsetAsync(flush, r & 0xFF, FLUSH_BYTES, 0));
+        PROBE_TRY(cudaEventRecord(e0, 0));
+        PROBE_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+        PROBE_TRY(cudaEventRecord(e1, 0));
+        PROBE_TRY(cudaEventSynchronize(e1));
+        float ms = 0.0f;
+        PROBE_TRY(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 0) us[r] = 1e3 * ms;
+    }
+    qsort(us, REPS, sizeof us[0], compare_doubles);
+    return us[REPS / 2];
+}
+
+/* Every row's out written by a read (out is set to all-ones bits before; a read writes its fold
+ * converted to a float, never those bits). */
+static bool rows_all_written(const float *out, int n_rows) {
+    static uint32_t host[BIG * N_ROWS];
+    PROBE_TRY(cudaMemcpy(host, out, (size_t)n_rows * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int r = 0; r < n_rows; r++)
+        if (host[r] == 0xFFFFFFFFu) return false;
+    return true;
+}
+
+/* median µs of REPS launches of one CUDA graph that reads W as `links` kernels one after the other,
+ * each over its share of the rows: fn (blocks of threads a multiprocessor, pad bytes of dynamic
+ * shared memory), or, with dependent_fn, each kernel after the first a programmatic dependent of
+ * the one before. Each launch after a flush of the L2. counters: two ints a link. */
+static double time_chain(stream_fn fn, stream_fn dependent_fn, int links, int blocks, int threads, int sms, int pad,
+                         const uint4 *w, const uint4 *x, float *out, int *counters, void *flush, cudaStream_t stream,
+                         cudaEvent_t e0, cudaEvent_t e1) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    PROBE_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int l = 0; l < links; l++) {
+        const int row0 = N_ROWS * l / links, rows = N_ROWS * (l + 1) / links - row0;
+        cudaLaunchAttribute attr = {};
+        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr.val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)(blocks * sms));
+        cfg.blockDim = dim3((unsigned)threads);
+        cfg.dynamicSmemBytes = (size_t)pad;
+        cfg.stream = stream;
+        const bool dependent = dependent_fn && l > 0;
+        cfg.attrs = &attr;
+        cfg.numAttrs = dependent ? 1 : 0;
+        PROBE_TRY(cudaLaunchKernelEx(&cfg, dependent ? dependent_fn : fn, w + (size_t)row0 * ROW_PIECES, x,
+                                     out + row0, counters + 2 * l, (unsigned)sms, rows));
+    }
+    PROBE_TRY(cudaStreamEndCapture(stream, &graph));
+    PROBE_TRY(cudaGraphInstantiate(&exec, graph, 0));
+    double us[REPS];
+    for (int r = -1; r < REPS; r++) {
+        PROBE_TRY(cudaMemsetAsync(flush, r & 0xFF, FLUSH_BYTES, stream));
+        PROBE_TRY(cudaMemsetAsync(counters, 0, 2 * (size_t)links * sizeof(int), stream));
+        PROBE_TRY(cudaEventRecord(e0, stream));
+        PROBE_TRY(cudaGraphLaunch(exec, stream));
+        PROBE_TRY(cudaEventRecord(e1, stream));
+        PROBE_TRY(cudaEventSynchronize(e1));
+        float ms = 0.0f;
+        PROBE_TRY(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 0) us[r] = 1e3 * ms;
+    }
+    PROBE_TRY(cudaGraphExecDestroy(exec));
+    PROBE_TRY(cudaGraphDestroy(graph));
+    qsort(us, REPS, sizeof us[0], compare_doubles);
+    return us[REPS / 2];
+}
+
 /* Every gemv call gives the first one's out bit for bit; the first is checked against a host
  * double product of each row (fp32 over 4096 products: within about 133 u of their magnitudes). */
 static bool check_out(const stream_case *c, int n_sms, const float *out, float *out_host, float *first,
@@ -190,8 +362,8 @@ static bool check_out(const stream_case *c, int n_sms, const float *out, float *
     PROBE_TRY(cudaMemcpy(out_host, out, N_ROWS * sizeof(float), cudaMemcpyDeviceToHost));
     if (*have_first) {
         if (!memcmp(first, out_host, N_ROWS * sizeof(float))) return true;
-        fprintf(stderr, "cuda-stream-probe: gemv %d warps x %d blocks, %d rows, on %d SMs: out differs from "
-                "the first call's\n", c->warps, c->blocks, c->rows, n_sms);
+        fprintf(stderr, "cuda-stream-probe: gemv%s %d warps x %d blocks, %d rows, on %d SMs: out differs from "
+                "the first call's\n", c->hint ? " (L2::256B)" : "", c->warps, c->blocks, c->rows, n_sms);
         return false;
     }
     for (int r = 0; r < N_ROWS; r++) {
@@ -317,55 +489,117 @@ int main(int argc, char **argv) {
     }
     uint4 *w = NULL, *x = NULL;
     float *out = NULL;
-    int *counter = NULL;
-    void *flush = NULL;
-    PROBE_TRY(cudaMalloc(&w, w_elems * sizeof(uint16_t)));
+    int *counter = NULL; /* [0] the tickets; [1] rows a bulk case copied; two a link of a chain */
+    void *flush = NULL, *copy_dst = NULL;
+    const size_t w_bytes = w_elems * sizeof(uint16_t);
+    PROBE_TRY(cudaMalloc(&w, BIG * w_bytes));
     PROBE_TRY(cudaMalloc(&x, KD * sizeof(uint16_t)));
-    PROBE_TRY(cudaMalloc(&out, N_ROWS * sizeof(float)));
-    PROBE_TRY(cudaMalloc(&counter, sizeof(int)));
+    PROBE_TRY(cudaMalloc(&out, BIG * N_ROWS * sizeof(float)));
+    PROBE_TRY(cudaMalloc(&counter, 2 * MAX_LINKS * sizeof(int)));
     PROBE_TRY(cudaMalloc(&flush, FLUSH_BYTES));
-    PROBE_TRY(cudaMemcpy(w, w_host, w_elems * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    PROBE_TRY(cudaMalloc(&copy_dst, BIG * w_bytes));
+    for (int i = 0; i < BIG; i++)
+        PROBE_TRY(cudaMemcpy((uint8_t *)w + i * w_bytes, w_host, w_bytes, cudaMemcpyHostToDevice));
     PROBE_TRY(cudaMemcpy(x, x_host, KD * sizeof(uint16_t), cudaMemcpyHostToDevice));
     cudaEvent_t e0, e1;
     PROBE_TRY(cudaEventCreate(&e0));
     PROBE_TRY(cudaEventCreate(&e1));
 
-    const double bytes = (double)w_elems * 2.0;
+    const double bytes = (double)w_bytes;
     const int sm_counts[] = {40, 60, 80, 100, sms};
     const int n_counts = (int)(sizeof sm_counts / sizeof sm_counts[0]);
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     double table[sizeof cases / sizeof cases[0]][sizeof sm_counts / sizeof sm_counts[0]];
+    double big[sizeof cases / sizeof cases[0]]; /* BIG times the rows, on every multiprocessor */
     int regs[sizeof cases / sizeof cases[0]];
     memset(table, 0, sizeof table);
-    csv_row("kernel,warps,blocks_per_sm,rows,regs,sms,us,TBps\n");
+    memset(big, 0, sizeof big);
+    csv_row("kernel,l2_hint,warps,blocks_per_sm,rows,stages,regs,sms,MB,us,TBps\n");
     bool have_first = false, wrong = false;
     for (int i = 0; i < n_cases; i++) {
         const stream_case *c = &cases[i];
+        const bool gemv = !strcmp(c->kernel, "gemv"), bulk = !strcmp(c->kernel, "bulk");
         cudaFuncAttributes attr;
-        PROBE_TRY(cudaFuncGetAttributes(&attr, (const void *)c->kernel));
+        PROBE_TRY(cudaFuncGetAttributes(&attr, (const void *)c->fn));
         regs[i] = attr.numRegs;
-        /* shared memory a block so that exactly c->blocks fit on a multiprocessor */
+        /* shared memory a block so that exactly c->blocks fit on a multiprocessor (a bulk
+         * case's stages within it) */
         const int pad = smem_per_sm / c->blocks - smem_reserved - (int)attr.sharedSizeBytes;
-        PROBE_TRY(cudaFuncSetAttribute((const void *)c->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pad));
-        PROBE_TRY(cudaFuncSetAttribute((const void *)c->kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+        PROBE_TRY(cudaFuncSetAttribute((const void *)c->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, pad));
+        PROBE_TRY(cudaFuncSetAttribute((const void *)c->fn, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        cudaSharedmemCarveoutMaxShared));
         int fit = 0;
-        PROBE_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, c->kernel, c->warps * 32, (size_t)pad));
-        if (fit != c->blocks) {
-            printf("skipped: %s %d warps, %d blocks a multiprocessor (%d fit at %d registers)\n",
-                   c->gemv ? "gemv" : "read", c->warps, c->blocks, fit, attr.numRegs);
+        PROBE_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, c->fn, c->warps * 32, (size_t)pad));
+        if (fit != c->blocks || (bulk && pad < c->stages * c->rows * KD * 2)) {
+            printf("skipped: %s %d warps, %d blocks a multiprocessor (%d fit at %d registers)\n", c->kernel,
+                   c->warps, c->blocks, fit, attr.numRegs);
             continue;
         }
-        for (int j = 0; j < n_counts; j++) {
-            const int n_sms = sm_counts[j] < sms ? sm_counts[j] : sms;
-            PROBE_TRY(cudaMemset(out, 0xFF, N_ROWS * sizeof(float))); /* NaN: a row left out shows */
-            const double us = time_case(c, (unsigned)n_sms, sms, pad, w, x, out, counter, flush, e0, e1);
-            csv_row("%s,%d,%d,%d,%d,%d,%.2f,%.3f\n", c->gemv ? "gemv" : "read", c->warps,
-                    c->blocks, c->rows, attr.numRegs, n_sms, us, bytes / us * 1e-6);
-            table[i][j] = us;
-            if (c->gemv && !check_out(c, n_sms, out, out_host, first, w_host, x_host, &have_first)) wrong = true;
+        for (int j = 0; j <= n_counts; j++) { /* j = n_counts: BIG times the rows, every multiprocessor */
+            const int n_sms = j < n_counts && sm_counts[j] < sms ? sm_counts[j] : sms;
+            const int n_rows = j < n_counts ? N_ROWS : BIG * N_ROWS;
+            if (j == n_counts && gemv) break;
+            PROBE_TRY(cudaMemset(out, 0xFF, BIG * N_ROWS * sizeof(float))); /* NaN: a row left out shows */
+            PROBE_TRY(cudaMemset(counter, 0, 2 * sizeof(int)));
+            const double us = time_case(c->fn, c->blocks, c->warps * 32, (unsigned)n_sms, sms, pad, n_rows, w, x,
+                                        out, counter, flush, e0, e1);
+            csv_row("%s,%d,%d,%d,%d,%d,%d,%d,%.1f,%.2f,%.3f\n", c->kernel, c->hint, c->warps, c->blocks, c->rows,
+                    c->stages, attr.numRegs, n_sms, bytes * n_rows / N_ROWS / 1e6, us,
+                    bytes * n_rows / N_ROWS / us * 1e-6);
+            if (j < n_counts) table[i][j] = us;
+            else big[i] = us;
+            if (gemv && !check_out(c, n_sms, out, out_host, first, w_host, x_host, &have_first)) wrong = true;
+            if (!strcmp(c->kernel, "read") && !rows_all_written(out, n_rows)) {
+                fprintf(stderr, "cuda-stream-probe: read %d warps x %d blocks, %d rows, on %d SMs left rows unread\n",
+                        c->warps, c->blocks, c->rows, n_sms);
+                wrong = true;
+            }
+            if (bulk) { /* every row copied, by the last call */
+                int copied[2];
+                PROBE_TRY(cudaMemcpy(copied, counter, sizeof copied, cudaMemcpyDeviceToHost));
+                if (copied[1] != n_rows) {
+                    fprintf(stderr, "cuda-stream-probe: bulk %d x %d rows on %d SMs copied %d of %d rows\n",
+                            c->stages, c->rows, n_sms, copied[1], n_rows);
+                    wrong = true;
+                }
+            }
         }
     }
+    /* the fixed cost of a timed launch, and the device copy's rate at both sizes */
+    PROBE_TRY(cudaMemset(counter, 0, 2 * sizeof(int)));
+    const double empty_us = time_case(empty_kernel, 1, 32, (unsigned)sms, sms, 0, 0, w, x, out, counter, flush, e0, e1);
+    const double copy_us = time_copy(copy_dst, w, w_bytes, flush, e0, e1);
+    const double copy_big_us = time_copy(copy_dst, w, BIG * w_bytes, flush, e0, e1);
+
+    /* what a dependent link costs: W read by 1 to MAX_LINKS kernels one after the other in one
+     * graph, plainly and as programmatic dependents (the read form CHAIN_*) */
+    stream_fn chain_fn = stream_kernel<false, false, CHAIN_WARPS, CHAIN_BLOCKS, CHAIN_ROWS>;
+    stream_fn dependent_fn = dependent_read_kernel<CHAIN_WARPS, CHAIN_BLOCKS, CHAIN_ROWS>;
+    const int chain_pad = smem_per_sm / CHAIN_BLOCKS - smem_reserved;
+    PROBE_TRY(cudaFuncSetAttribute((const void *)chain_fn, cudaFuncAttributeMaxDynamicSharedMemorySize, chain_pad));
+    PROBE_TRY(cudaFuncSetAttribute((const void *)dependent_fn, cudaFuncAttributeMaxDynamicSharedMemorySize, chain_pad));
+    cudaStream_t chain_stream;
+    PROBE_TRY(cudaStreamCreateWithFlags(&chain_stream, cudaStreamNonBlocking));
+    const int link_counts[] = {1, 2, 4, MAX_LINKS};
+    double chain_us[2][4];
+    for (int d = 0; d < 2; d++)
+        for (int j = 0; j < 4; j++) {
+            PROBE_TRY(cudaMemset(out, 0xFF, N_ROWS * sizeof(float)));
+            chain_us[d][j] = time_chain(chain_fn, d ? dependent_fn : NULL, link_counts[j], CHAIN_BLOCKS, CHAIN_WARPS * 32,
+                                        sms, chain_pad, w, x, out, counter, flush, chain_stream, e0, e1);
+            if (!rows_all_written(out, N_ROWS)) {
+                fprintf(stderr, "cuda-stream-probe: a chain of %d left rows unread\n", link_counts[j]);
+                wrong = true;
+            }
+            csv_row("%s-%d,0,%d,%d,%d,0,,%d,%.1f,%.2f,%.3f\n", d ? "dependent-chain" : "chain", link_counts[j],
+                    CHAIN_WARPS, CHAIN_BLOCKS, CHAIN_ROWS, sms, bytes / 1e6, chain_us[d][j],
+                    bytes / chain_us[d][j] * 1e-6);
+        }
+    PROBE_TRY(cudaStreamDestroy(chain_stream));
+    csv_row("empty,0,1,1,0,0,0,%d,0,%.2f,\n", sms, empty_us);
+    csv_row("device copy,0,,,,,,%d,%.1f,%.2f,%.3f\n", sms, bytes / 1e6, copy_us, bytes / copy_us * 1e-6);
+    csv_row("device copy,0,,,,,,%d,%.1f,%.2f,%.3f\n", sms, BIG * bytes / 1e6, copy_big_us,
+            BIG * bytes / copy_big_us * 1e-6);
 
     cublasLtHandle_t lt;
     if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
@@ -381,29 +615,41 @@ int main(int argc, char **argv) {
         bool right = false;
         lt_us[j] = time_lt(lt, sm_counts[j] < sms ? sm_counts[j] : 0, w, x, out_bf16, workspace, flush, e0, e1,
                            w_host, x_host, &right);
-        csv_row("cublaslt,,,,,%d,%.2f,%.3f\n", sm_counts[j] < sms ? sm_counts[j] : sms, lt_us[j],
-                         bytes / lt_us[j] * 1e-6);
+        csv_row("cublaslt,0,,,,,,%d,%.1f,%.2f,%.3f\n", sm_counts[j] < sms ? sm_counts[j] : sms, bytes / 1e6,
+                lt_us[j], bytes / lt_us[j] * 1e-6);
         if (!right) wrong = true;
     }
 
     printf("W bf16 [%d, %d] (%.1f MB), one token, L2 flushed; median of %d calls, us (TB/s) on the "
-           "multiprocessors of each column\n",
-           N_ROWS, KD, bytes / 1e6, REPS);
-    printf("%-4s %5s %6s %4s %4s", "", "warps", "blocks", "rows", "regs");
+           "multiprocessors of each column; last column: %d times the rows (%.0f MB) on all %d, and the "
+           "rate of the extra rows alone (the fixed costs cancel)\n",
+           N_ROWS, KD, bytes / 1e6, REPS, BIG, BIG * bytes / 1e6, sms);
+    printf("%-4s %4s %5s %6s %4s %6s %4s", "", "hint", "warps", "blocks", "rows", "stages", "regs");
     for (int j = 0; j < n_counts; j++) printf(" %11d SMs", sm_counts[j] < sms ? sm_counts[j] : sms);
-    printf("\n");
+    printf(" %11s x%d  %s\n", "", BIG, "extra rows");
     for (int i = 0; i < n_cases; i++) {
         if (table[i][0] <= 0.0) continue;
         const stream_case *c = &cases[i];
-        printf("%-4s %5d %6d %4d %4d", c->gemv ? "gemv" : "read", c->warps, c->blocks, c->rows, regs[i]);
+        printf("%-4s %4s %5d %6d %4d %6d %4d", c->kernel, c->hint ? "256B" : "-", c->warps, c->blocks, c->rows,
+               c->stages, regs[i]);
         for (int j = 0; j < n_counts; j++) printf(" %7.1f (%4.2f)", table[i][j], bytes / table[i][j] * 1e-6);
+        if (big[i] > 0.0)
+            printf(" %7.1f (%4.2f)  %4.2f TB/s", big[i], BIG * bytes / big[i] * 1e-6,
+                   (BIG - 1) * bytes / (big[i] - table[i][n_counts - 1]) * 1e-6);
         printf("\n");
     }
-    printf("%-4s %5s %6s %4s %4s", "lt", "", "", "", "");
+    printf("%-4s %4s %5s %6s %4s %6s %4s", "lt", "", "", "", "", "", "");
     for (int j = 0; j < n_counts; j++) printf(" %7.1f (%4.2f)", lt_us[j], bytes / lt_us[j] * 1e-6);
     printf("  (cuBLASLt planned for the column's count)\n");
+    printf("an empty kernel on all %d multiprocessors: %.1f us; a device copy of W: %.1f us (%.2f TB/s read, as "
+           "many written), of %d times W: %.1f us (%.2f TB/s)\n",
+           sms, empty_us, copy_us, bytes / copy_us * 1e-6, BIG, copy_big_us, BIG * bytes / copy_big_us * 1e-6);
+    printf("W read by a chain of 1 / 2 / 4 / %d kernels in one graph (read, %d warps, %d block, %d rows), us: "
+           "%.1f / %.1f / %.1f / %.1f; as programmatic dependents: %.1f / %.1f / %.1f / %.1f\n",
+           MAX_LINKS, CHAIN_WARPS, CHAIN_BLOCKS, CHAIN_ROWS, chain_us[0][0], chain_us[0][1], chain_us[0][2],
+           chain_us[0][3], chain_us[1][0], chain_us[1][1], chain_us[1][2], chain_us[1][3]);
     printf("results: %s\n", wrong ? "WRONG" : "every gemv call equal, within 1e-5 of a double product; "
-                                            "cuBLASLt within a bf16 rounding of it");
+                                            "cuBLASLt within a bf16 rounding of it; every read and chain wrote, and every bulk call copied, every row");
     cublasLtDestroy(lt);
     cudaFree(out_bf16), cudaFree(workspace);
     if (csv_path) {
@@ -414,7 +660,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    cudaFree(w), cudaFree(x), cudaFree(out), cudaFree(counter), cudaFree(flush);
+    cudaFree(w), cudaFree(x), cudaFree(out), cudaFree(counter), cudaFree(flush), cudaFree(copy_dst);
     free(w_host), free(out_host), free(first);
     return wrong ? 1 : 0;
 }
