@@ -259,20 +259,18 @@ static float bf16_value(uint16_t bits) {
     return f;
 }
 
-/* median µs of REPS calls of fn on n_sms of the sms multiprocessors (blocks of threads each a
- * multiprocessor, pad bytes of dynamic shared memory a block) over n_rows rows of w, each after a
- * flush of the L2 */
-static double time_case(stream_fn fn, int blocks, int threads, unsigned n_sms, int sms, int pad, int n_rows,
-                        const uint4 *w, const uint4 *x, float *out, int *counter, void *flush, cudaEvent_t e0,
-                        cudaEvent_t e1) {
+/* median µs of REPS timed intervals on stream, each after a flush of the L2 (and a warm-up
+ * first): setup() queues what must precede the interval, timed() what it measures. */
+template <typename Setup, typename Timed>
+static double median_us(cudaStream_t stream, void *flush, cudaEvent_t e0, cudaEvent_t e1, Setup &&setup,
+                        Timed &&timed) {
     double us[REPS];
     for (int r = -1; r < REPS; r++) { /* r = -1: a warm-up */
-        PROBE_TRY(cudaMemsetAsync(flush, r & 0xFF, FLUSH_BYTES, 0));
-        PROBE_TRY(cudaMemsetAsync(counter, 0, 2 * sizeof(int), 0));
-        PROBE_TRY(cudaEventRecord(e0, 0));
-        fn<<<blocks * sms, threads, (size_t)pad>>>(w, x, out, counter, n_sms, n_rows);
-        PROBE_TRY(cudaGetLastError());
-        PROBE_TRY(cudaEventRecord(e1, 0));
+        PROBE_TRY(cudaMemsetAsync(flush, r & 0xFF, FLUSH_BYTES, stream));
+        setup();
+        PROBE_TRY(cudaEventRecord(e0, stream));
+        timed();
+        PROBE_TRY(cudaEventRecord(e1, stream));
         PROBE_TRY(cudaEventSynchronize(e1));
         float ms = 0.0f;
         PROBE_TRY(cudaEventElapsedTime(&ms, e0, e1));
@@ -282,21 +280,24 @@ static double time_case(stream_fn fn, int blocks, int threads, unsigned n_sms, i
     return us[REPS / 2];
 }
 
+/* median µs of REPS calls of fn on n_sms of the sms multiprocessors (blocks of threads each a
+ * multiprocessor, pad bytes of dynamic shared memory a block) over n_rows rows of w, each after a
+ * flush of the L2 */
+static double time_case(stream_fn fn, int blocks, int threads, unsigned n_sms, int sms, int pad, int n_rows,
+                        const uint4 *w, const uint4 *x, float *out, int *counter, void *flush, cudaEvent_t e0,
+                        cudaEvent_t e1) {
+    return median_us(
+        0, flush, e0, e1, [&] { PROBE_TRY(cudaMemsetAsync(counter, 0, 2 * sizeof(int), 0)); },
+        [&] {
+            fn<<<blocks * sms, threads, (size_t)pad>>>(w, x, out, counter, n_sms, n_rows);
+            PROBE_TRY(cudaGetLastError());
+        });
+}
+
 /* median µs of REPS device copies of bytes from src to dst, each after a flush of the L2 */
 static double time_copy(void *dst, const void *src, size_t bytes, void *flush, cudaEvent_t e0, cudaEvent_t e1) {
-    double us[REPS];
-    for (int r = -1; r < REPS; r++) {
-        PROBE_TRY(cudaMemsetAsync(flush, r & 0xFF, FLUSH_BYTES, 0));
-        PROBE_TRY(cudaEventRecord(e0, 0));
-        PROBE_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
-        PROBE_TRY(cudaEventRecord(e1, 0));
-        PROBE_TRY(cudaEventSynchronize(e1));
-        float ms = 0.0f;
-        PROBE_TRY(cudaEventElapsedTime(&ms, e0, e1));
-        if (r >= 0) us[r] = 1e3 * ms;
-    }
-    qsort(us, REPS, sizeof us[0], compare_doubles);
-    return us[REPS / 2];
+    return median_us(0, flush, e0, e1, [] {},
+                     [&] { PROBE_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0)); });
 }
 
 /* Every row's out written by a read (out is set to all-ones bits before; a read writes its fold
@@ -337,22 +338,13 @@ static double time_chain(stream_fn fn, stream_fn dependent_fn, int links, int bl
     }
     PROBE_TRY(cudaStreamEndCapture(stream, &graph));
     PROBE_TRY(cudaGraphInstantiate(&exec, graph, 0));
-    double us[REPS];
-    for (int r = -1; r < REPS; r++) {
-        PROBE_TRY(cudaMemsetAsync(flush, r & 0xFF, FLUSH_BYTES, stream));
-        PROBE_TRY(cudaMemsetAsync(counters, 0, 2 * (size_t)links * sizeof(int), stream));
-        PROBE_TRY(cudaEventRecord(e0, stream));
-        PROBE_TRY(cudaGraphLaunch(exec, stream));
-        PROBE_TRY(cudaEventRecord(e1, stream));
-        PROBE_TRY(cudaEventSynchronize(e1));
-        float ms = 0.0f;
-        PROBE_TRY(cudaEventElapsedTime(&ms, e0, e1));
-        if (r >= 0) us[r] = 1e3 * ms;
-    }
+    const double us = median_us(
+        stream, flush, e0, e1,
+        [&] { PROBE_TRY(cudaMemsetAsync(counters, 0, 2 * (size_t)links * sizeof(int), stream)); },
+        [&] { PROBE_TRY(cudaGraphLaunch(exec, stream)); });
     PROBE_TRY(cudaGraphExecDestroy(exec));
     PROBE_TRY(cudaGraphDestroy(graph));
-    qsort(us, REPS, sizeof us[0], compare_doubles);
-    return us[REPS / 2];
+    return us;
 }
 
 /* Every gemv call gives the first one's out bit for bit; the first is checked against a host
@@ -395,21 +387,13 @@ static double time_lt(cublasLtHandle_t lt, int sm_target, const uint4 *w, const 
         fprintf(stderr, "cuda-stream-probe: %s\n", err.msg);
         exit(1);
     }
-    double us[REPS];
-    for (int r = -1; r < REPS; r++) {
-        PROBE_TRY(cudaMemsetAsync(flush, r & 0xFF, FLUSH_BYTES, 0));
-        PROBE_TRY(cudaEventRecord(e0, 0));
+    const double us = median_us(0, flush, e0, e1, [] {}, [&] {
         if (moe_cuda_lt_run(lt, &plan, (const uint16_t *)w, (const uint16_t *)x, out_bf16, workspace, LT_WORKSPACE,
                             0, &err)) {
             fprintf(stderr, "cuda-stream-probe: %s\n", err.msg);
             exit(1);
         }
-        PROBE_TRY(cudaEventRecord(e1, 0));
-        PROBE_TRY(cudaEventSynchronize(e1));
-        float ms = 0.0f;
-        PROBE_TRY(cudaEventElapsedTime(&ms, e0, e1));
-        if (r >= 0) us[r] = 1e3 * ms;
-    }
+    });
     moe_cuda_lt_plan_free(&plan);
     static uint16_t host[N_ROWS];
     PROBE_TRY(cudaMemcpy(host, out_bf16, sizeof host, cudaMemcpyDeviceToHost));
@@ -426,8 +410,7 @@ static double time_lt(cublasLtHandle_t lt, int sm_target, const uint4 *w, const 
             *right = false;
         }
     }
-    qsort(us, REPS, sizeof us[0], compare_doubles);
-    return us[REPS / 2];
+    return us;
 }
 
 /* The CSV's rows, kept until the end (a few kB). */
