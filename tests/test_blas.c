@@ -275,22 +275,20 @@ static void assert_same_bits(const full_run *a, const full_run *b, const moe_sha
     assert_memory_equal(a->sink_y, b->sink_y, TT * D * sizeof(float));
 }
 
-static void test_deterministic_across_threads(void **state) {
-    (void)state;
-    if (!blas_here()) skip();
-    /* Wide enough that every weight matrix spans several tiles, so threads share the work. */
-    const moe_config cfg = {512, 512, 8, 3, 2, 8.0f, true, true, MOE_ROUTED_MXFP4};
-    const int T = 64;
+/* A random layer of shape cfg (seed, and seed + 1 for its T-token input, with token nan_token's
+ * first value a NaN when nan_token >= 0) gives the same bits on 1 and 2 threads, and again on
+ * 2. */
+static void expect_same_bits_across_threads(const moe_config *cfg, uint64_t seed, int T, int nan_token) {
     moe_layer_data ld;
     moe_error err = {0};
-    assert_int_equal(moe_layer_data_random(&cfg, 11, &ld, &err), MOE_OK);
-    uint16_t *x = malloc((size_t)T * cfg.D * sizeof(uint16_t));
+    assert_int_equal(moe_layer_data_random(cfg, seed, &ld, &err), MOE_OK);
+    uint16_t *x = malloc((size_t)T * cfg->D * sizeof(uint16_t));
     assert_non_null(x);
-    moe_random_input(T, cfg.D, 12, x);
-    x[5 * cfg.D] = 0x7FC0u;
+    moe_random_input(T, cfg->D, seed + 1, x);
+    if (nan_token >= 0) x[(size_t)nan_token * cfg->D] = 0x7FC0u;
     moe_split whole = {MOE_SPLIT_NONE, 1, 0, 0};
     moe_shard sh;
-    assert_int_equal(moe_shard_build(&cfg, &ld.w, &whole, &sh, &err), MOE_OK);
+    assert_int_equal(moe_shard_build(cfg, &ld.w, &whole, &sh, &err), MOE_OK);
     full_run one, two, again;
     run_all_stages(&sh, 1, T, x, &one);
     run_all_stages(&sh, 2, T, x, &two);
@@ -301,6 +299,14 @@ static void test_deterministic_across_threads(void **state) {
     moe_shard_free(&sh);
     free(x);
     moe_layer_data_free(&ld);
+}
+
+static void test_deterministic_across_threads(void **state) {
+    (void)state;
+    if (!blas_here()) skip();
+    /* Wide enough that every weight matrix spans several tiles, so threads share the work. */
+    const moe_config cfg = {512, 512, 8, 3, 2, 8.0f, true, true, MOE_ROUTED_MXFP4};
+    expect_same_bits_across_threads(&cfg, 11, 64, 5);
 }
 
 /* Runs blas on corrupted weights and judges it against the envelope of the clean layer:
@@ -604,24 +610,7 @@ static void test_each_route_and_kernel(void **state) {
         }
         /* Wide enough that each matrix spans several row blocks shared by the threads. */
         const moe_config cfg = {544, 288, 8, 3, 1, 8.0f, true, true, MOE_ROUTED_MXFP4};
-        const int T = 24;
-        moe_layer_data ld;
-        moe_error err = {0};
-        assert_int_equal(moe_layer_data_random(&cfg, 13, &ld, &err), MOE_OK);
-        uint16_t *x = malloc((size_t)T * cfg.D * sizeof(uint16_t));
-        assert_non_null(x);
-        moe_random_input(T, cfg.D, 14, x);
-        moe_split whole = {MOE_SPLIT_NONE, 1, 0, 0};
-        moe_shard sh;
-        assert_int_equal(moe_shard_build(&cfg, &ld.w, &whole, &sh, &err), MOE_OK);
-        full_run one, two;
-        run_all_stages(&sh, 1, T, x, &one);
-        run_all_stages(&sh, 2, T, x, &two);
-        assert_same_bits(&one, &two, &sh, T);
-        full_run_free(&one), full_run_free(&two);
-        moe_shard_free(&sh);
-        free(x);
-        moe_layer_data_free(&ld);
+        expect_same_bits_across_threads(&cfg, 13, 24, -1);
     }
     blas_set_fused_below(-1);
     blas_fused_force_kernel(BLAS_FUSED_AUTO);

@@ -22,6 +22,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* fp32 values on a line of integers, so that ulp distance is a difference. */
 static int64_t ordered(float f) {
@@ -205,56 +206,67 @@ static uint16_t *read_input(const char *name, int D, int T, verdict *v) {
     return x;
 }
 
-/* Loads case `name`: its case.json, the layer through the loader, and the input. On failure
- * prints why, counts a failure and returns false (ck is then closed). */
-static bool load_case(const char *name, golden_case *gc, moe_checkpoint *ck, moe_config *cfg,
-                      moe_weights *w, uint16_t **x, verdict *v, int *failures) {
+/* One case as loaded: its case.json, the layer through the loader, the input (NULL when the
+ * input could not be read: v says why) and the problems found so far. */
+typedef struct {
+    golden_case gc;
+    verdict v;
+    moe_checkpoint ck;
+    moe_config cfg;
+    moe_weights w;
+    uint16_t *x;
+} loaded_case;
+
+/* Loads case `name` into c. On failure prints why, counts a failure and returns false (nothing
+ * is then left open); else loaded_case_close(c) releases it. */
+static bool load_case(const char *name, loaded_case *c, int *failures) {
     char why[700], model[600];
     moe_error err = {0};
-    *x = NULL;
-    if (!read_case(name, gc, why, sizeof why)) {
+    memset(c, 0, sizeof *c);
+    if (!read_case(name, &c->gc, why, sizeof why)) {
         print_error("golden %s: %s\n", name, why);
         (*failures)++;
         return false;
     }
     snprintf(model, sizeof model, CASES_DIR "/%s/model", name);
-    if (moe_checkpoint_open(model, ck, &err) || moe_checkpoint_layer(ck, gc->layer, NULL, cfg, w, &err)) {
+    if (moe_checkpoint_open(model, &c->ck, &err) ||
+        moe_checkpoint_layer(&c->ck, c->gc.layer, NULL, &c->cfg, &c->w, &err)) {
         print_error("golden %s: load: %s\n", name, err.msg);
-        moe_checkpoint_close(ck);
+        moe_checkpoint_close(&c->ck);
         (*failures)++;
         return false;
     }
-    *x = read_input(name, cfg->D, gc->T, v);
+    c->x = read_input(name, c->cfg.D, c->gc.T, &c->v);
     return true;
 }
 
+static void loaded_case_close(loaded_case *c) {
+    free(c->x);
+    moe_checkpoint_close(&c->ck);
+}
+
 static void run_case(const char *name, int *failures) {
-    golden_case gc;
-    verdict v = {0};
-    moe_checkpoint ck;
-    moe_config cfg;
-    moe_weights w;
-    uint16_t *x;
-    if (!load_case(name, &gc, &ck, &cfg, &w, &x, &v, failures)) return;
+    loaded_case c;
+    if (!load_case(name, &c, failures)) return;
     int layers[8], n_layers;
-    moe_checkpoint_moe_layers(&ck, layers, 8, &n_layers);
-    if (n_layers == 1 && layers[0] != gc.layer)
-        note(&v, "  layer discovery found %d, case.json says %d\n", layers[0], gc.layer);
+    moe_checkpoint_moe_layers(&c.ck, layers, 8, &n_layers);
+    if (n_layers == 1 && layers[0] != c.gc.layer)
+        note(&c.v, "  layer discovery found %d, case.json says %d\n", layers[0], c.gc.layer);
     long d_exact = 0, d_serving = 0;
-    if (x) {
-        d_exact = compare_contract(&gc, &cfg, &w, x, false, &v);
-        d_serving = compare_contract(&gc, &cfg, &w, x, true, &v);
+    if (c.x) {
+        d_exact = compare_contract(&c.gc, &c.cfg, &c.w, c.x, false, &c.v);
+        d_serving = compare_contract(&c.gc, &c.cfg, &c.w, c.x, true, &c.v);
     }
     print_message("golden %-36s T=%-3d split=%s%.0d: out elements differing at all: exact %ld, "
                   "serving %ld of %lld; %d problems\n",
-                  name, gc.T, gc.kind == MOE_SPLIT_TP ? "tp" : gc.kind == MOE_SPLIT_EP ? "ep" : "none",
-                  gc.n, d_exact, d_serving, (long long)gc.T * cfg.D, v.problems);
-    if (v.problems) {
-        print_error("%s", v.report);
+                  name, c.gc.T,
+                  c.gc.kind == MOE_SPLIT_TP ? "tp" : c.gc.kind == MOE_SPLIT_EP ? "ep" : "none",
+                  c.gc.n, d_exact, d_serving, (long long)c.gc.T * c.cfg.D, c.v.problems);
+    if (c.v.problems) {
+        print_error("%s", c.v.report);
         (*failures)++;
     }
-    free(x);
-    moe_checkpoint_close(&ck);
+    loaded_case_close(&c);
 }
 
 /* A fast path (serving contract) on every golden case with the case's split, judged against
@@ -274,27 +286,21 @@ static void fast_path_on_every_case(const char *backend_name) {
     int n = list_cases(names, 512), failures = 0;
     if (n <= 0) fail_msg(CASES_DIR " exists but holds no case directory");
     for (int i = 0; i < n; i++) {
-        golden_case gc;
-        verdict v = {0};
-        moe_checkpoint ck;
-        moe_config cfg;
-        moe_weights w;
-        uint16_t *x;
-        if (!load_case(names[i], &gc, &ck, &cfg, &w, &x, &v, &failures)) continue;
+        loaded_case c;
+        if (!load_case(names[i], &c, &failures)) continue;
         moe_options opt = moe_options_default();
-        moe_cmp_case cc = {&cfg, &w, gc.T, x};
+        moe_cmp_case cc = {&c.cfg, &c.w, c.gc.T, c.x};
         moe_cmp_report rep;
         moe_error err = {0};
-        if (!x || moe_check_against_ref(be, &opt, &cc, gc.kind, gc.n, gc.pad, &rep, &err)) {
-            print_error("golden %s on %s: %s%s", names[i], backend_name, err.msg, v.report);
+        if (!c.x || moe_check_against_ref(be, &opt, &cc, c.gc.kind, c.gc.n, c.gc.pad, &rep, &err)) {
+            print_error("golden %s on %s: %s%s", names[i], backend_name, err.msg, c.v.report);
             failures++;
         } else if (!rep.ok) {
             print_error("golden %s on %s:\n", names[i], backend_name);
             moe_cmp_report_print(stderr, &rep);
             failures++;
         }
-        free(x);
-        moe_checkpoint_close(&ck);
+        loaded_case_close(&c);
     }
     print_message("golden cases on the %s path: %d of %d failed\n", backend_name, failures, n);
     if (failures) fail_msg("%d of %d golden cases failed on the %s path", failures, n, backend_name);

@@ -129,17 +129,25 @@ static int distinct_experts(const int32_t *ids, int n, int R) {
     return distinct;
 }
 
+/* The unsplit shard of a random layer of shape cfg (seed 1); 0, or 1 once the reason is
+ * printed. The layer's data is freed: the shard holds its own copy. */
+static int random_shard(const moe_config *cfg, moe_shard *shard) {
+    moe_error err = {0};
+    moe_layer_data ld;
+    if (moe_layer_data_random(cfg, 1, &ld, &err)) return die("random layer", &err);
+    const moe_split whole = {MOE_SPLIT_NONE, 1, 0, 0};
+    const int bad = moe_shard_build(cfg, &ld.w, &whole, shard, &err) != MOE_OK;
+    moe_layer_data_free(&ld);
+    return bad ? die("shard", &err) : 0;
+}
+
 /* The --group-sizes sweep (see the rules above). */
 static int group_sweep(const int *sizes, int n_sizes, const int *thread_list, int n_threads,
                        int reps) {
     const moe_config cfg = {4096, 2048, 8, 8, 0, 8.0f, true, true, MOE_ROUTED_MXFP4};
     moe_error err = {0};
-    moe_layer_data ld;
-    if (moe_layer_data_random(&cfg, 1, &ld, &err)) return die("random layer", &err);
-    const moe_split whole = {MOE_SPLIT_NONE, 1, 0, 0};
     moe_shard shard;
-    if (moe_shard_build(&cfg, &ld.w, &whole, &shard, &err)) return die("shard", &err);
-    moe_layer_data_free(&ld);
+    if (random_shard(&cfg, &shard)) return 1;
     printf("\n%4s %6s %12s %12s %8s\n", "thr", "rows", "fused ms", "sgemm ms", "ratio");
     for (int ti = 0; ti < n_threads; ti++) {
         moe_options opt = moe_options_default();
@@ -207,12 +215,8 @@ int main(int argc, char **argv) {
            cfg.S, (cfg.R * expert_bytes + fixed_bytes) / 1e9);
     fflush(stdout);
     moe_error err = {0};
-    moe_layer_data ld;
-    if (moe_layer_data_random(&cfg, 1, &ld, &err)) return die("random layer", &err);
-    const moe_split whole = {MOE_SPLIT_NONE, 1, 0, 0};
     moe_shard shard;
-    if (moe_shard_build(&cfg, &ld.w, &whole, &shard, &err)) return die("shard", &err);
-    moe_layer_data_free(&ld); /* the shard holds its own copy */
+    if (random_shard(&cfg, &shard)) return 1;
 
     printf("\n%4s %6s %10s %10s %8s %9s %7s %8s %8s %7s %8s  %s\n", "thr", "T", "ref s",
            "blas s", "ratio", "GFLOP/s", "sgemm", "%sgemm", "wt GB/s", "read", "%read",
