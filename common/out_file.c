@@ -263,3 +263,11 @@ moe_status moe_out_refuse_same(const char *what, const char *path, const char *c
     }
     return MOE_OK;
 }
+
+moe_status moe_out_write_whole(const char *path, const void *buf, size_t n, moe_error *err) {
+    moe_out_file o;
+    moe_status st = moe_out_open(path, &o, err);
+    if (!st) st = moe_out_write(&o, buf, n, err);
+    if (!st) st = moe_out_commit(&o, err);
+    return st;
+}

@@ -44,6 +44,8 @@ moe_status moe_out_write(moe_out_file *o, const void *buf, size_t n, moe_error *
 moe_status moe_out_commit(moe_out_file *o, moe_error *err);
 /* Closes and removes the temporary (no-op on a closed o). */
 void moe_out_abort(moe_out_file *o);
+/* The file path holding exactly buf [n], or (on any failure) as it was: open, write, commit. */
+moe_status moe_out_write_whole(const char *path, const void *buf, size_t n, moe_error *err);
 
 /* Installs the handlers of SIGINT, SIGTERM, SIGHUP (remove live temporaries, re-raise) and
  * ignores SIGXFSZ. For programs, once, before any output is opened. */

@@ -20,11 +20,7 @@ static moe_status write_config(const char *dir, const moe_config *c, moe_error *
                      "  \"use_gate_bias\": %s,\n  \"use_global_scale\": %s\n}\n",
                      c->D, c->I, c->R, c->K, c->S, (double)c->route_scale, c->has_gate_bias ? "true" : "false",
                      c->has_global_scale ? "true" : "false");
-    moe_out_file o;
-    moe_status st = moe_out_open(path, &o, err);
-    if (!st) st = moe_out_write(&o, text, (size_t)n, err);
-    if (!st) st = moe_out_commit(&o, err);
-    return st;
+    return moe_out_write_whole(path, text, (size_t)n, err);
 }
 
 /* NVFP4's per-matrix tensors beyond codes and scales: .scale2 [R], .input_amax [1] (unused by
@@ -126,11 +122,7 @@ static moe_status write_case_text(const char *dir, const fuzz_case *c, moe_preci
                      "# split %s (an engine runs every rank and sums the partials; check --%.2s %d judges that)\n"
                      "# expected.safetensors: the reference, unsplit, contract %s\n%s\n",
                      split, split, c->n, p == MOE_PRECISION_EXACT ? "exact" : p == MOE_PRECISION_ENGINE ? "engine (computed as serving)" : "serving", line);
-    moe_out_file o;
-    moe_status st = moe_out_open(path, &o, err);
-    if (!st) st = moe_out_write(&o, text, (size_t)n, err);
-    if (!st) st = moe_out_commit(&o, err);
-    return st;
+    return moe_out_write_whole(path, text, (size_t)n, err);
 }
 
 moe_status moe_export_case(const fuzz_case *c, moe_precision precision, const char *dir, moe_error *err) {

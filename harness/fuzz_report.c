@@ -11,13 +11,10 @@
 
 int fuzz_report_publish(const char *path, FILE *f, char **buf, size_t *len) {
     moe_error err = {0};
-    moe_out_file o;
     int bad = ferror(f);
     bad |= fclose(f) != 0;
     moe_status st = bad ? moe_fail(&err, MOE_ERR_NOMEM, "file %s: out of memory", path)
-                        : moe_out_open(path, &o, &err);
-    if (!st) st = moe_out_write(&o, *buf, *len, &err);
-    if (!st) st = moe_out_commit(&o, &err);
+                        : moe_out_write_whole(path, *buf, *len, &err);
     free(*buf);
     return st ? cli_fail("fuzz", "%s", err.msg) : 0;
 }

@@ -58,11 +58,7 @@ static void write_text(const char *path, const char *text) {
 }
 
 static moe_status write_whole(const char *path, const char *text, moe_error *err) {
-    moe_out_file o;
-    moe_status st = moe_out_open(path, &o, err);
-    if (!st) st = moe_out_write(&o, text, strlen(text), err);
-    if (!st) st = moe_out_commit(&o, err);
-    return st;
+    return moe_out_write_whole(path, text, strlen(text), err);
 }
 
 static void test_commit_and_abort(void **state) {

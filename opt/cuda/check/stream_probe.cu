@@ -635,13 +635,9 @@ int main(int argc, char **argv) {
                                             "cuBLASLt within a bf16 rounding of it; every read and chain wrote, and every bulk call copied, every row");
     cublasLtDestroy(lt);
     cudaFree(out_bf16), cudaFree(workspace);
-    if (csv_path) {
-        moe_out_file o;
-        if (moe_out_open(csv_path, &o, &err) || moe_out_write(&o, csv_text, csv_len, &err) ||
-            moe_out_commit(&o, &err)) {
-            fprintf(stderr, "cuda-stream-probe: %s\n", err.msg);
-            return 2;
-        }
+    if (csv_path && moe_out_write_whole(csv_path, csv_text, csv_len, &err)) {
+        fprintf(stderr, "cuda-stream-probe: %s\n", err.msg);
+        return 2;
     }
     cudaFree(w), cudaFree(x), cudaFree(out), cudaFree(counter), cudaFree(flush), cudaFree(copy_dst);
     free(w_host), free(out_host), free(first);
