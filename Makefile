@@ -143,11 +143,12 @@ coverage: deps
 	sh tests/coverage.sh build/coverage
 
 # FUZZ_SECONDS (whole seconds) is shared: four fifths for the fuzzer, one fifth for stress mode.
+# FUZZ_MAX_MEMORY (GB): the fuzzer skips cases estimated above it (default: the host's available memory).
 # Both always run; the target fails if either does.
 fuzz-now: all
 	@total=$(FUZZ_SECONDS); stress=$$((total / 5)); \
 	$(TOOL) fuzz --seconds $$((total - stress)) --suite $(FUZZ_SUITES) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) \
-	    --report-dir $(BUILD)/fuzz-report; rc=$$?; \
+	    $(if $(FUZZ_MAX_MEMORY),--max-memory $(FUZZ_MAX_MEMORY)) --report-dir $(BUILD)/fuzz-report; rc=$$?; \
 	$(TOOL) fuzz --stress --seconds $$stress --suite $(FUZZ_STRESS_SUITES) \
 	    $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) --report-dir $(BUILD)/fuzz-report; rc2=$$?; \
 	[ $$rc -eq 0 ] && [ $$rc2 -eq 0 ]

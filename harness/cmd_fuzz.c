@@ -26,13 +26,14 @@ static void usage(FILE *f) {
             "                        [--report-dir DIR] [--regress-dir DIR] [--suite-dir DIR]\n"
             "                        [--max-cases N] [--no-shrink] [--mutant NAME]\n"
             "                        [--paths blas,cuda,mutant:NAME,plugin:FILE.so,exec:CMD|none] [--no-ref]\n"
-            "                        [--export-failures DIR] [--precision both|engine]\n"
+            "                        [--export-failures DIR] [--precision both|engine] [--max-memory GB]\n"
             "       inkling-moe fuzz --case 'LINE' [--mutant NAME] [--paths ...] [--no-ref]\n"
             "       inkling-moe fuzz --selftest [--seconds N] [--seed S] [--max-cases N]\n"
             "       inkling-moe fuzz --stress [--seconds N] [--seed S] [--suite ...] [--paths ...] [--no-ref]\n"
             "       inkling-moe fuzz --replay FILE.seq [--repeat N] [--paths ...] [--no-ref] [--no-shrink]\n"
             "  failures: [--reruns N] (fresh reruns, default 5) [--history N] (cases kept, default 32)\n"
-            "  the candidates (--paths, --mutant) are judged against the reference run\n");
+            "  the candidates (--paths, --mutant) are judged against the reference run\n"
+            "  a case estimated above --max-memory GB (default: the host's available memory) is skipped\n");
 }
 
 /* --stress and --replay FILE (cmd_fuzz_stress.c, cmd_fuzz_replay.c). */
@@ -51,7 +52,7 @@ static int run_history(const fuzz_args *a) {
 int cmd_fuzz(int argc, char **argv) {
     fuzz_args a = {60.0, 0, false, "build/fuzz-report", "harness/suites", "fuzz/regressions",
                    NULL, NULL, "smoke,ci", 0, true, false, NULL, false, false,
-                   false, NULL, 10, 5, 32, NULL};
+                   false, NULL, 10, 5, 32, NULL, 0.0};
     bool no_shrink = false;
     int contracts = 0;
     cli_option opts[] = {
@@ -77,6 +78,7 @@ int cmd_fuzz(int argc, char **argv) {
         {.name = "--repeat", .kind = CLI_INT, .out = &a.repeat, .lo = 1, .hi = 1000000},
         {.name = "--reruns", .kind = CLI_INT, .out = &a.reruns, .lo = 1, .hi = 1000000},
         {.name = "--history", .kind = CLI_INT, .out = &a.history, .lo = 1, .hi = 1000000},
+        {.name = "--max-memory", .kind = CLI_REAL, .out = &a.max_memory_gb, .lo = 0.001, .hi = 1e6},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     int rc = cli_parse("fuzz", opts, n_opts, argc, argv, usage);

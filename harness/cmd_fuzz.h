@@ -36,6 +36,8 @@ typedef struct {
     int reruns;         /* --reruns N: fresh reruns that classify a failure */
     int history;        /* --history N: cases kept before a failing one */
     const char *export_dir; /* --export-failures: each shrunk failing case as files (case_files.h) */
+    double max_memory_gb;   /* --max-memory GB: skip cases estimated above it (0: the host's
+                               available memory) */
 } fuzz_args;
 
 /* ---------------------------------------------------------------- cmd_fuzz_targets.c */

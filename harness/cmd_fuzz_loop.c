@@ -66,6 +66,11 @@ static void run_step(fuzz_loop *L, long k, double now, fuzz_case_result *res) {
         return;
     }
     L->last_case_seconds = fuzz_now() - now;
+    if (res->not_run[0]) { /* every path skipped: say so where the run's progress is read */
+        printf("[%6.1f s] skipped %s case %ld, which %s: %s\n", now - L->t0, L->suites[si].name,
+               case_index, res->not_run, fuzz_case_format(&c, line, sizeof line));
+        fflush(stdout);
+    }
     L->tt->cases++;
     L->tt->suite_cases[si]++;
     if (fuzz_tally_add(&L->tt->tally, res)) L->tt->total_failures++;

@@ -47,7 +47,7 @@ static int registry_candidates(const char *paths, const moe_backend **out, int c
 }
 
 int fuzz_choose_targets(const fuzz_args *a, const moe_backend **cands, int cap, fuzz_targets *tg) {
-    fuzz_targets t = {cands, 0, !a->no_ref, 1, false, NULL, a->engine};
+    fuzz_targets t = {cands, 0, !a->no_ref, 1, false, NULL, a->engine, a->max_memory_gb * 1e9};
     if (a->mutant) {
         cands[0] = moe_mutant_find(a->mutant);
         if (!cands[0]) {

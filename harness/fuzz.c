@@ -4,11 +4,17 @@
 #include "fuzz.h"
 
 #include "fuzz_file.h"
+#include "host_memory.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* A path class: "<who>/<contract>" or "<who>/<contract>/split". */
+static void path_name(char (*path)[48], const char *who, const char *prec, bool split) {
+    snprintf(*path, sizeof *path, "%s/%s%s", who, prec, split ? "/split" : "");
+}
 
 int fuzz_paths_per_case(const fuzz_targets *tg) { return 2 * (2 + 2 * tg->n_candidates); }
 
@@ -124,7 +130,7 @@ static moe_status contract_wanted(const fuzz_targets *tg, const moe_config *cfg,
         const moe_backend *be = tg->candidates[i];
         for (int sp = 0; sp < 1 + (split->kind != MOE_SPLIT_NONE); sp++) {
             char path[48];
-            snprintf(path, sizeof path, "%s/%s%s", be->name, prec, sp ? "/split" : "");
+            path_name(&path, be->name, prec, sp);
             fuzz_path_result *r = fuzz_add_result(res, path, err);
             if (!r) return MOE_ERR_INTERNAL;
             r->outcome = FUZZ_SKIP;
@@ -150,6 +156,7 @@ static uint16_t *sample_rows(const fuzz_case *c, const uint16_t *x, const int *t
 
 static const moe_precision contracts[3] = {MOE_PRECISION_EXACT, MOE_PRECISION_SERVING, MOE_PRECISION_ENGINE};
 static const char *const contract_names[3] = {"exact", "serving", "engine"};
+
 
 /* Without the reference's own paths, a case that every candidate declines in every contract
  * needs no layer: its paths are reported SKIPPED (with the reasons) and nothing is built, so
@@ -212,12 +219,12 @@ static moe_status run_contract(const case_paths *cp, const fuzz_targets *tg, int
     if (!st) st = moe_envelope_build(cc, opt.precision, c->split, c->n, &env, err);
     char path[48];
     if (!st && tg->ref_paths) {
-        snprintf(path, sizeof path, "ref/%s", prec);
+        path_name(&path, "ref", prec, false);
         fuzz_path_result *r = fuzz_add_result(res, path, err);
         st = r ? moe_compare_runs(cc, &reference, NULL, env, NULL, &r->rep, err) : MOE_ERR_INTERNAL;
         if (r) r->outcome = r->rep.ok ? FUZZ_PASS : FUZZ_FAIL;
         if (!st && split) {
-            snprintf(path, sizeof path, "ref/%s/split", prec);
+            path_name(&path, "ref", prec, true);
             st = run_candidate(tg->pool, &moe_backend_ref, &opt, c, cc, cp->file, cp->ct, &reference, env, true,
                                false, path, res, err);
         }
@@ -225,7 +232,7 @@ static moe_status run_contract(const case_paths *cp, const fuzz_targets *tg, int
     for (int i = 0; i < tg->n_candidates && !st; i++) {
         const moe_backend *be = tg->candidates[i];
         for (int sp = 0; sp < 1 + split && !st; sp++) {
-            snprintf(path, sizeof path, "%s/%s%s", be->name, prec, sp ? "/split" : "");
+            path_name(&path, be->name, prec, sp);
             st = run_candidate(tg->pool, be, &cand_opt, c, cc, cp->file, cp->ct, &reference, env, sp,
                                tg->output_only, path, res, err);
         }
@@ -235,12 +242,47 @@ static moe_status run_contract(const case_paths *cp, const fuzz_targets *tg, int
     return st;
 }
 
+/* Whether c would not fit the host's memory (or tg->max_host_bytes): why then says by how much.
+ * Cases under 1 GB are not checked, so the small suites do not read /proc sixty times a
+ * second. */
+static bool too_big_for_host(const fuzz_case *c, const fuzz_targets *tg, char *why, size_t len) {
+    const double need = fuzz_case_host_bytes(c, tg->n_candidates);
+    double have = tg->max_host_bytes;
+    if (have > 0 && need > have) {
+        snprintf(why, len, "needs about %.1f GB of host memory, over --max-memory %.1f GB", need / 1e9, have / 1e9);
+        return true;
+    }
+    if (have > 0 || need < 1e9 || !host_memory_available(&have) || need <= have) return false;
+    snprintf(why, len, "needs about %.1f GB of host memory, %.1f GB available", need / 1e9, have / 1e9);
+    return true;
+}
+
+/* Every path c would have produced, SKIPPED for why (the run_contract paths' names). */
+static moe_status skip_every_path(const fuzz_case *c, const fuzz_targets *tg, const char *why,
+                                  fuzz_case_result *res, moe_error *err) {
+    snprintf(res->not_run, sizeof res->not_run, "%s", why);
+    const bool split = c->split != MOE_SPLIT_NONE;
+    for (int p = tg->engine ? 2 : 0; p < (tg->engine ? 3 : 2); p++)
+        for (int i = tg->ref_paths ? -1 : 0; i < tg->n_candidates; i++) /* -1: the reference */
+            for (int sp = 0; sp < 1 + split; sp++) {
+                char path[48];
+                path_name(&path, i < 0 ? "ref" : tg->candidates[i]->name, contract_names[p], sp);
+                fuzz_path_result *r = fuzz_add_result(res, path, err);
+                if (!r) return MOE_ERR_INTERNAL;
+                r->outcome = FUZZ_SKIP;
+                snprintf(r->skip_reason, sizeof r->skip_reason, "%s", why);
+            }
+    return MOE_OK;
+}
+
 moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_result *res,
                          moe_error *err) {
     memset(res, 0, sizeof *res);
     bool runs;
     moe_status pre = any_path_runs(c, tg, res, &runs, err);
     if (pre || !runs) return pre;
+    char why[160];
+    if (too_big_for_host(c, tg, why, sizeof why)) return skip_every_path(c, tg, why, res, err);
     moe_layer_data ld;
     uint16_t *x = NULL, *xs = NULL;
     int *tokens = NULL;
@@ -347,7 +389,7 @@ double fuzz_now(void) {
 long fuzz_hunt(const moe_backend *be, const fuzz_suite *s, uint64_t seed, long max_cases,
                double max_seconds, unsigned flags, fuzz_case *caught, fuzz_case_result *res) {
     const moe_backend *cands[1] = {be};
-    fuzz_targets tg = {cands, 1, false, 1, (flags & FUZZ_HUNT_OUTPUT_ONLY) != 0, NULL, (flags & FUZZ_HUNT_ENGINE) != 0};
+    fuzz_targets tg = {cands, 1, false, 1, (flags & FUZZ_HUNT_OUTPUT_ONLY) != 0, NULL, (flags & FUZZ_HUNT_ENGINE) != 0, 0.0};
     double t0 = fuzz_now();
     long counted = 0;
     for (long i = 0; counted < max_cases && (counted < FUZZ_HUNT_MIN_CASES || fuzz_now() - t0 < max_seconds);

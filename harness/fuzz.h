@@ -40,6 +40,7 @@ typedef struct {
     int n;
     fuzz_path_result r[FUZZ_MAX_PATHS];
     char sampled[256]; /* "tokens 3 17 ..." when the case samples tokens, else "" */
+    char not_run[160]; /* why no path ran (the case does not fit the host's memory), else "" */
 } fuzz_case_result;
 
 typedef struct {
@@ -50,6 +51,8 @@ typedef struct {
     bool output_only; /* judge the candidates' output alone, as for a path that fills no stage */
     fuzz_pool *pool;  /* live layers reused across cases; NULL: a fresh layer for every run */
     bool engine;      /* judge by the engine contract only (paths "<name>/engine"), not exact and serving */
+    double max_host_bytes; /* skip a case whose fuzz_case_host_bytes exceeds this; 0: the host's
+                              available memory when the case starts (cases under 1 GB unchecked) */
 } fuzz_targets;
 
 /* Runs one path on T tokens of x into *run, as moe_run_path does (intermediates wanted): on the

@@ -381,6 +381,18 @@ moe_status fuzz_case_input(const fuzz_case *c, uint16_t **xp, moe_error *err) {
     return MOE_OK;
 }
 
+/* The weights (routed in their format, sinks and gate in bf16) once for each candidate and once
+ * as generated; the runs' intermediates, dominated by the fp32 y of every routed and sink
+ * expert of every token, kept by several runs at once; and what the process holds besides. */
+double fuzz_case_host_bytes(const fuzz_case *c, int candidates) {
+    const moe_config *g = &c->cfg;
+    const moe_routed_format_info *f = moe_routed_format_get(g->routed_format);
+    const double per_weight = f && f->block ? 0.5 + 1.0 / f->block : 2.0;
+    const double expert = 3.0 * g->I * g->D; /* w13 and w2 */
+    const double weights = g->R * expert * per_weight + g->S * expert * 2.0 + (double)(g->R + g->S) * g->D * 2.0;
+    return (1.0 + candidates) * weights + 24.0 * c->T * (g->K + g->S) * g->D + 0.5e9;
+}
+
 moe_status fuzz_case_build(const fuzz_case *c, moe_layer_data *ld, uint16_t **xp, moe_error *err) {
     *xp = NULL;
     moe_status st = fuzz_case_validate(c, err);

@@ -76,6 +76,12 @@ moe_status fuzz_case_validate(const fuzz_case *c, moe_error *err);
  * tokens must hold T entries (it is also the scratch of the draw). Returns n. */
 int fuzz_case_sampled_tokens(const fuzz_case *c, int *tokens);
 
+/* About the most host memory, in bytes, that running c takes with `candidates` candidate paths
+ * (each holds its own copy of the weights beside the generated layer), so that a case that
+ * cannot fit is skipped, not killed. Calibrated on peak resident sizes measured with the blas
+ * path and the reference (docs/harness.md, "Memory"), and above each of them. */
+double fuzz_case_host_bytes(const fuzz_case *c, int candidates);
+
 /* The case's layer and input: ld owned (free with moe_layer_data_free), *x malloc'ed [T, D]. */
 moe_status fuzz_case_build(const fuzz_case *c, moe_layer_data *ld, uint16_t **x, moe_error *err);
 /* The case's input before its features: *x malloc'ed [T, D] (the whole input when the case

@@ -12,16 +12,20 @@
  *   - features do what they say: ties make equal gate rows, nonfinite puts NaN/inf in x,
  *     codes puts all 16 codes in a row's first block, neglogit gives logits below -100, and
  *     below -709 on every routed row and no sink in some cases, file gives the candidates the
- *     same bytes through a checkpoint written and loaded back.
+ *     same bytes through a checkpoint written and loaded back;
+ *   - the host-memory estimate covers the measured peaks of the real-model cases, and a case
+ *     over the memory limit runs no path, each skipped with the reason.
  */
 #include "test_support.h"
 
+#include "harness/fuzz.h"
 #include "harness/fuzz_case.h"
 #include "harness/fuzz_file.h"
 #include "harness/mutants.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void test_roundtrip_and_bounds(void **state) {
     (void)state;
@@ -274,8 +278,80 @@ static void test_file_round_trip(void **state) {
     assert_true(dtype_seen[0] && dtype_seen[1]);
 }
 
+/* The host-memory estimate against the peak resident sizes measured for the nightly suite's
+ * real-model cases (`/usr/bin/time -v inkling-moe fuzz --paths blas --case LINE`, docs/harness.md,
+ * "Memory"): at or above each, so that a host the estimate admits holds the case, and within a
+ * quarter above it, so that a host that holds the case is not refused it. */
+static void test_host_bytes_cover_measured_peaks(void **state) {
+    (void)state;
+    const struct {
+        const char *line;
+        double peak_kib;
+    } measured[] = {
+        {"D=4096 I=2048 R=256 K=6 S=2 T=1 fmt=mxfp4 bias=1 gscale=1 rs=8 split=none pad=0 seed=11 feat=none", 7050380},
+        {"D=4096 I=2048 R=256 K=6 S=2 T=4096 fmt=mxfp4 bias=1 gscale=1 rs=8 split=ep8 pad=0 seed=16 feat=few sample=3",
+         9192856},
+        {"D=6144 I=3072 R=256 K=6 S=2 T=1 fmt=mxfp4 bias=1 gscale=1 rs=8 split=none pad=0 seed=21 feat=none", 15656892},
+        {"D=6144 I=3072 R=256 K=6 S=2 T=64 fmt=mxfp4 bias=1 gscale=1 rs=8 split=tp4 pad=0 seed=22 feat=none sample=2",
+         15716824},
+        {"D=6144 I=3072 R=256 K=6 S=2 T=4096 fmt=mxfp4 bias=1 gscale=1 rs=8 split=ep4 pad=0 seed=23 feat=none sample=2",
+         19218944},
+    };
+    for (size_t i = 0; i < sizeof measured / sizeof measured[0]; i++) {
+        fuzz_case c;
+        moe_error err;
+        assert_int_equal(fuzz_case_parse(measured[i].line, &c, &err), MOE_OK);
+        const double peak = measured[i].peak_kib * 1024.0, est = fuzz_case_host_bytes(&c, 1);
+        if (est < peak || est > 1.25 * peak)
+            fail_msg("%s: estimated %.2f GB against a measured peak of %.2f GB", measured[i].line, est / 1e9,
+                     peak / 1e9);
+    }
+    /* more candidates, tokens or bytes a weight: more memory */
+    fuzz_case c;
+    moe_error err;
+    assert_int_equal(fuzz_case_parse(measured[0].line, &c, &err), MOE_OK);
+    const double base = fuzz_case_host_bytes(&c, 1);
+    assert_true(fuzz_case_host_bytes(&c, 2) > base);
+    c.T = 64;
+    assert_true(fuzz_case_host_bytes(&c, 1) > base);
+    c.T = 1, c.cfg.routed_format = MOE_ROUTED_BF16;
+    assert_true(fuzz_case_host_bytes(&c, 1) > 3.0 * base);
+}
+
+/* A case estimated above the targets' memory limit runs no path: each is SKIPPED with the
+ * reason, and nothing is built; under the limit the same case runs. */
+static void test_case_over_memory_limit_skipped(void **state) {
+    (void)state;
+    fuzz_case c;
+    moe_error err;
+    assert_int_equal(fuzz_case_parse("D=64 I=64 R=8 K=2 S=1 T=3 fmt=mxfp4 bias=1 gscale=1 rs=8 split=tp2 pad=0 "
+                                     "seed=5 feat=none", &c, &err), MOE_OK);
+    const moe_backend *cands[1] = {moe_mutant_find("none")};
+    assert_non_null(cands[0]);
+    fuzz_targets tg = {.candidates = cands, .n_candidates = 1, .ref_paths = true, .n_threads = 1,
+                       .max_host_bytes = 0.5 * fuzz_case_host_bytes(&c, 1)};
+    static fuzz_case_result res;
+    assert_int_equal(fuzz_run_case(&c, &tg, &res, &err), MOE_OK);
+    assert_int_equal(res.n, fuzz_paths_per_case(&tg));
+    assert_non_null(strstr(res.not_run, "host memory"));
+    for (int i = 0; i < res.n; i++) {
+        assert_int_equal(res.r[i].outcome, FUZZ_SKIP);
+        assert_non_null(strstr(res.r[i].skip_reason, "over --max-memory"));
+    }
+    assert_string_equal(res.r[0].path, "ref/exact");
+    assert_string_equal(res.r[res.n - 1].path, "mutant:none/serving/split");
+    tg.max_host_bytes = 2.0 * fuzz_case_host_bytes(&c, 1);
+    assert_int_equal(fuzz_run_case(&c, &tg, &res, &err), MOE_OK);
+    assert_string_equal(res.not_run, "");
+    int passed = 0;
+    for (int i = 0; i < res.n; i++) passed += res.r[i].outcome == FUZZ_PASS;
+    assert_true(passed > 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_host_bytes_cover_measured_peaks),
+        cmocka_unit_test(test_case_over_memory_limit_skipped),
         cmocka_unit_test(test_roundtrip_and_bounds),
         cmocka_unit_test(test_aimed_cases_reach_hints),
         cmocka_unit_test(test_bad_lines),

@@ -119,7 +119,7 @@ static fuzz_case case_of(const char *line) {
 #define OTHER "D=64 I=64 R=3 K=1 S=0 T=3 fmt=mxfp4 bias=0 gscale=1 rs=2 split=tp2 pad=0 seed=12 feat=none"
 
 static fuzz_targets targets_of(const moe_backend **cands, int n, fuzz_pool *pool) {
-    fuzz_targets tg = {cands, n, false, 1, false, pool, false};
+    fuzz_targets tg = {cands, n, false, 1, false, pool, false, 0.0};
     return tg;
 }
 
@@ -301,7 +301,7 @@ static void test_stress_plan_over_cpu_paths(void **state) {
     if (fuzz_suite_load("harness/suites", "smoke", &smoke, &err)) fail_msg("%s", err.msg);
     const moe_backend *cands[1] = {&moe_backend_blas};
     fuzz_pool *pool = fuzz_pool_new((size_t)64 << 20);
-    fuzz_targets tg = {cands, 1, true, 1, false, pool, false};
+    fuzz_targets tg = {cands, 1, true, 1, false, pool, false, 0.0};
     fuzz_stress_plan plan;
     assert_int_equal(fuzz_stress_plan_init(&plan, &smoke, 1, 5, &err), MOE_OK);
     int ran = 0, up = 0, down = 0, prev_T = -1;

@@ -29,7 +29,7 @@ static fuzz_targets all_paths(const moe_backend **cands, int cap) {
             if (nc == cap) fail_msg("more than %d backends", cap);
             cands[nc++] = moe_backend_at(i);
         }
-    fuzz_targets tg = {cands, nc, true, 1, false, NULL, false};
+    fuzz_targets tg = {cands, nc, true, 1, false, NULL, false, 0.0};
     return tg;
 }
 
