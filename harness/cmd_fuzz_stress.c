@@ -89,6 +89,11 @@ int fuzz_cmd_stress(const fuzz_history_opts *o, const fuzz_suite *suites, int n_
             continue;
         }
         cases++;
+        if (res.not_run[0]) {
+            char line[512];
+            printf("[%6.1f s] skipped stress case %ld, which %s: %s\n", now - t0, step, res.not_run,
+                   fuzz_case_format(&c, line, sizeof line));
+        }
         max_T = c.T > max_T ? c.T : max_T;
         if (fuzz_tally_add(&tally, &res)) not_run++;
         if (fuzz_first_failure(&res) >= 0) {

@@ -242,11 +242,10 @@ static moe_status run_contract(const case_paths *cp, const fuzz_targets *tg, int
     return st;
 }
 
-/* Whether c would not fit the host's memory (or tg->max_host_bytes): why then says by how much.
- * Cases under 1 GB are not checked, so the small suites do not read /proc sixty times a
+/* Cases under 1 GB are not checked, so that the small suites do not read /proc sixty times a
  * second. */
-static bool too_big_for_host(const fuzz_case *c, const fuzz_targets *tg, char *why, size_t len) {
-    const double need = fuzz_case_host_bytes(c, tg->n_candidates);
+bool fuzz_case_too_big(const fuzz_case *c, const fuzz_targets *tg, int copies, char *why, size_t len) {
+    const double need = fuzz_case_host_bytes(c, copies);
     double have = tg->max_host_bytes;
     if (have > 0 && need > have) {
         snprintf(why, len, "needs about %.1f GB of host memory, over --max-memory %.1f GB", need / 1e9, have / 1e9);
@@ -257,9 +256,9 @@ static bool too_big_for_host(const fuzz_case *c, const fuzz_targets *tg, char *w
     return true;
 }
 
-/* Every path c would have produced, SKIPPED for why (the run_contract paths' names). */
-static moe_status skip_every_path(const fuzz_case *c, const fuzz_targets *tg, const char *why,
-                                  fuzz_case_result *res, moe_error *err) {
+/* The run_contract paths' names (stress mode's too: the same without the engine contract). */
+moe_status fuzz_skip_every_path(const fuzz_case *c, const fuzz_targets *tg, const char *why,
+                                fuzz_case_result *res, moe_error *err) {
     snprintf(res->not_run, sizeof res->not_run, "%s", why);
     const bool split = c->split != MOE_SPLIT_NONE;
     for (int p = tg->engine ? 2 : 0; p < (tg->engine ? 3 : 2); p++)
@@ -282,7 +281,7 @@ moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_r
     moe_status pre = any_path_runs(c, tg, res, &runs, err);
     if (pre || !runs) return pre;
     char why[160];
-    if (too_big_for_host(c, tg, why, sizeof why)) return skip_every_path(c, tg, why, res, err);
+    if (fuzz_case_too_big(c, tg, tg->n_candidates, why, sizeof why)) return fuzz_skip_every_path(c, tg, why, res, err);
     moe_layer_data ld;
     uint16_t *x = NULL, *xs = NULL;
     int *tokens = NULL;

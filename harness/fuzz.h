@@ -78,6 +78,13 @@ int fuzz_paths_per_case(const fuzz_targets *tg);
 moe_status fuzz_run_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_result *res,
                          moe_error *err);
 
+/* Whether c, with `copies` copies of its weights held by the paths (fuzz_case_host_bytes),
+ * would not fit the host's available memory or tg->max_host_bytes; why then says by how much. */
+bool fuzz_case_too_big(const fuzz_case *c, const fuzz_targets *tg, int copies, char *why, size_t len);
+/* Every path c would have produced, SKIPPED for why, and res->not_run = why. */
+moe_status fuzz_skip_every_path(const fuzz_case *c, const fuzz_targets *tg, const char *why,
+                                fuzz_case_result *res, moe_error *err);
+
 /* Index of the first failing path in res, or -1. */
 int fuzz_first_failure(const fuzz_case_result *res);
 

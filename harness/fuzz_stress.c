@@ -141,6 +141,11 @@ static moe_status stress_path(const fuzz_targets *tg, const moe_backend *be, con
 moe_status fuzz_stress_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_case_result *res,
                             moe_error *err) {
     memset(res, 0, sizeof *res);
+    /* each path holds a live layer and a fresh one (the pool's older layers are counted by the
+     * host's available memory itself) */
+    char why[160];
+    if (fuzz_case_too_big(c, tg, 2 * (tg->n_candidates + tg->ref_paths), why, sizeof why))
+        return fuzz_skip_every_path(c, tg, why, res, err);
     moe_layer_data ld;
     uint16_t *x = NULL;
     moe_status st = fuzz_case_build(c, &ld, &x, err);
