@@ -245,6 +245,27 @@ static void test_history_check_catches_it(void **state) {
     fuzz_pool_free(pool);
 }
 
+/* A stress case over the memory limit runs nothing: the planted history fault, which a run
+ * would catch, is not reached, and every path is SKIPPED with the reason. */
+static void test_stress_case_over_memory_limit_skipped(void **state) {
+    (void)state;
+    const moe_backend *cands[1] = {&history_fault};
+    fuzz_pool *pool = fuzz_pool_new((size_t)64 << 20);
+    fuzz_targets tg = targets_of(cands, 1, pool);
+    fuzz_case small = case_of(LAYER " T=2 input=1");
+    tg.max_host_bytes = 0.5 * fuzz_case_host_bytes(&small, 2);
+    fuzz_case_result res;
+    moe_error err;
+    assert_int_equal(fuzz_stress_case(&small, &tg, &res, &err), MOE_OK);
+    assert_int_equal(res.n, 2); /* exact and serving of the one candidate, unsplit */
+    for (int i = 0; i < res.n; i++) {
+        assert_int_equal(res.r[i].outcome, FUZZ_SKIP);
+        assert_non_null(strstr(res.r[i].skip_reason, "host memory"));
+    }
+    assert_int_equal(fuzz_pool_stats_of(pool).made, 0);
+    fuzz_pool_free(pool);
+}
+
 static void test_plain_fault_is_deterministic(void **state) {
     (void)state;
     const moe_backend *cands[1] = {&odd_T_fault};
@@ -405,6 +426,7 @@ int main(void) {
         cmocka_unit_test(test_plain_fault_is_deterministic),
         cmocka_unit_test(test_sequence_file),
         cmocka_unit_test(test_stress_plan_over_cpu_paths),
+        cmocka_unit_test(test_stress_case_over_memory_limit_skipped),
         cmocka_unit_test(test_too_many_paths_fail_loudly),
         cmocka_unit_test(test_command),
     };
