@@ -157,7 +157,6 @@ static uint16_t *sample_rows(const fuzz_case *c, const uint16_t *x, const int *t
 static const moe_precision contracts[3] = {MOE_PRECISION_EXACT, MOE_PRECISION_SERVING, MOE_PRECISION_ENGINE};
 static const char *const contract_names[3] = {"exact", "serving", "engine"};
 
-
 /* Without the reference's own paths, a case that every candidate declines in every contract
  * needs no layer: its paths are reported SKIPPED (with the reasons) and nothing is built, so
  * that hunting a mutant that declines most cases costs only the cases it runs. Returns

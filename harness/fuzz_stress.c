@@ -144,8 +144,10 @@ moe_status fuzz_stress_case(const fuzz_case *c, const fuzz_targets *tg, fuzz_cas
     /* each path holds a live layer and a fresh one (the pool's older layers are counted by the
      * host's available memory itself) */
     char why[160];
+    fuzz_targets exact_serving = *tg; /* the paths stress runs (below), whatever tg->engine says */
+    exact_serving.engine = false;
     if (fuzz_case_too_big(c, tg, 2 * (tg->n_candidates + tg->ref_paths), why, sizeof why))
-        return fuzz_skip_every_path(c, tg, why, res, err);
+        return fuzz_skip_every_path(c, &exact_serving, why, res, err);
     moe_layer_data ld;
     uint16_t *x = NULL;
     moe_status st = fuzz_case_build(c, &ld, &x, err);
