@@ -14,13 +14,15 @@
  *     below -709 on every routed row and no sink in some cases, file gives the candidates the
  *     same bytes through a checkpoint written and loaded back;
  *   - the host-memory estimate covers the measured peaks of the real-model cases, and a case
- *     over the memory limit runs no path, each skipped with the reason.
+ *     over the memory limit runs no path, each skipped with the reason; the host's available
+ *     memory reads as a positive amount below its total.
  */
 #include "test_support.h"
 
 #include "harness/fuzz.h"
 #include "harness/fuzz_case.h"
 #include "harness/fuzz_file.h"
+#include "harness/host_memory.h"
 #include "harness/mutants.h"
 
 #include <stdio.h>
@@ -318,6 +320,25 @@ static void test_host_bytes_cover_measured_peaks(void **state) {
     assert_true(fuzz_case_host_bytes(&c, 1) > 3.0 * base);
 }
 
+/* Where the host says (Linux), its available memory is a positive amount below its total. */
+static void test_host_memory_available(void **state) {
+    (void)state;
+    double bytes = -1.0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) {
+        assert_false(host_memory_available(&bytes));
+        assert_true(bytes == -1.0); /* untouched */
+        skip();
+    }
+    unsigned long long total_kib = 0;
+    char line[256];
+    while (fgets(line, sizeof line, f) && sscanf(line, "MemTotal: %llu kB", &total_kib) != 1) {}
+    fclose(f);
+    assert_true(host_memory_available(&bytes));
+    assert_true(bytes > 0.0);
+    assert_true(bytes <= (double)total_kib * 1024.0);
+}
+
 /* A case estimated above the targets' memory limit runs no path: each is SKIPPED with the
  * reason, and nothing is built; under the limit the same case runs. */
 static void test_case_over_memory_limit_skipped(void **state) {
@@ -352,6 +373,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host_bytes_cover_measured_peaks),
         cmocka_unit_test(test_case_over_memory_limit_skipped),
+        cmocka_unit_test(test_host_memory_available),
         cmocka_unit_test(test_roundtrip_and_bounds),
         cmocka_unit_test(test_aimed_cases_reach_hints),
         cmocka_unit_test(test_bad_lines),
