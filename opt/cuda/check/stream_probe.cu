@@ -37,8 +37,9 @@
  *     out, the layer's workspace size) planned for each multiprocessor count alone, its out
  *     checked against the same product within a bf16 rounding.
  *
- * Usage: cuda-stream-probe [--csv FILE] (every case as a CSV row, written whole at the end or not
- * at all: common/out_file.h). Needs a CUDA device; exits 2 without one or on a bad FILE, 1 on a
+ * Usage: cuda-stream-probe [--csv FILE] [--quick] (every case as a CSV row, written whole at the
+ * end or not at all: common/out_file.h; --quick: each measurement once, on every multiprocessor
+ * only, with every check: the run for the sanitizers). Needs a CUDA device; exits 2 without one or on a bad FILE, 1 on a
  * wrong result or a failed call.
  */
 #include "../cuda_internal.h"
@@ -57,7 +58,8 @@
 #define ROW_PIECES (KD / 8)             /* 16-byte pieces a row */
 #define LANE_PIECES (ROW_PIECES / 32)   /* pieces a lane a row */
 #define FLUSH_BYTES (256u << 20)
-#define REPS 15
+#define REPS 15 /* timed calls a measurement (--quick: QUICK_REPS, on every multiprocessor only) */
+#define QUICK_REPS 1
 #define CHUNK 4 /* rows a ticket */
 #define BIG 4   /* the longer stream: this many copies of W one after the other (268 MB) */
 #define MAX_LINKS 8 /* the longest chain of kernels that read W in turn */
@@ -259,13 +261,15 @@ static float bf16_value(uint16_t bits) {
     return f;
 }
 
-/* median µs of REPS timed intervals on stream, each after a flush of the L2 (and a warm-up
+static int reps = REPS;
+
+/* median µs of reps timed intervals on stream, each after a flush of the L2 (and a warm-up
  * first): setup() queues what must precede the interval, timed() what it measures. */
 template <typename Setup, typename Timed>
 static double median_us(cudaStream_t stream, void *flush, cudaEvent_t e0, cudaEvent_t e1, Setup &&setup,
                         Timed &&timed) {
     double us[REPS];
-    for (int r = -1; r < REPS; r++) { /* r = -1: a warm-up */
+    for (int r = -1; r < reps; r++) { /* r = -1: a warm-up */
         PROBE_TRY(cudaMemsetAsync(flush, r & 0xFF, FLUSH_BYTES, stream));
         setup();
         PROBE_TRY(cudaEventRecord(e0, stream));
@@ -276,8 +280,8 @@ static double median_us(cudaStream_t stream, void *flush, cudaEvent_t e0, cudaEv
         PROBE_TRY(cudaEventElapsedTime(&ms, e0, e1));
         if (r >= 0) us[r] = 1e3 * ms;
     }
-    qsort(us, REPS, sizeof us[0], compare_doubles);
-    return us[REPS / 2];
+    qsort(us, (size_t)reps, sizeof us[0], compare_doubles);
+    return us[reps / 2];
 }
 
 /* median µs of REPS calls of fn on n_sms of the sms multiprocessors (blocks of threads each a
@@ -413,6 +417,12 @@ static double time_lt(cublasLtHandle_t lt, int sm_target, const uint4 *w, const 
     return us;
 }
 
+/* One cell of the table: us (TB/s) for bytes, or a dash where it was not measured (--quick). */
+static void print_us(double us, double bytes) {
+    if (us > 0.0) printf(" %7.1f (%4.2f)", us, bytes / us * 1e-6);
+    else printf(" %14s", "-");
+}
+
 /* The CSV's rows, kept until the end (a few kB). */
 static char csv_text[1 << 16];
 static size_t csv_len;
@@ -426,11 +436,26 @@ static void csv_row(const char *fmt, ...) {
 
 int main(int argc, char **argv) {
     const char *csv_path = NULL;
-    if (argc == 3 && !strcmp(argv[1], "--csv")) csv_path = argv[2];
-    else if (argc != 1) {
-        fprintf(stderr, "usage: cuda-stream-probe [--csv FILE]\n");
-        return 2;
+    bool quick = false;
+    for (int i = 1; i < argc; i++) {
+        const char *why = NULL;
+        if (!strcmp(argv[i], "--csv")) {
+            if (csv_path) why = "given twice";
+            else if (i + 1 == argc) why = "needs a FILE";
+            else csv_path = argv[++i];
+        } else if (!strcmp(argv[i], "--quick")) {
+            if (quick) why = "given twice";
+            quick = true;
+        } else {
+            why = "unknown";
+        }
+        if (why) {
+            fprintf(stderr, "cuda-stream-probe: argument %s: %s (usage: cuda-stream-probe [--csv FILE] [--quick])\n",
+                    argv[i], why);
+            return 2;
+        }
     }
+    if (quick) reps = QUICK_REPS;
     moe_error err;
     if (csv_path) { /* refused now, not after the measurements: opened once and given up */
         moe_out_file probe;
@@ -491,6 +516,7 @@ int main(int argc, char **argv) {
     const double bytes = (double)w_bytes;
     const int sm_counts[] = {40, 60, 80, 100, sms};
     const int n_counts = (int)(sizeof sm_counts / sizeof sm_counts[0]);
+    const int first_count = quick ? n_counts - 1 : 0; /* --quick: every multiprocessor only */
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     double table[sizeof cases / sizeof cases[0]][sizeof sm_counts / sizeof sm_counts[0]];
     double big[sizeof cases / sizeof cases[0]]; /* BIG times the rows, on every multiprocessor */
@@ -518,7 +544,7 @@ int main(int argc, char **argv) {
                    c->warps, c->blocks, fit, attr.numRegs);
             continue;
         }
-        for (int j = 0; j <= n_counts; j++) { /* j = n_counts: BIG times the rows, every multiprocessor */
+        for (int j = first_count; j <= n_counts; j++) { /* j = n_counts: BIG times the rows, every multiprocessor */
             const int n_sms = j < n_counts && sm_counts[j] < sms ? sm_counts[j] : sms;
             const int n_rows = j < n_counts ? N_ROWS : BIG * N_ROWS;
             if (j == n_counts && gemv) break;
@@ -593,8 +619,8 @@ int main(int argc, char **argv) {
     void *workspace = NULL;
     PROBE_TRY(cudaMalloc(&out_bf16, N_ROWS * sizeof(uint16_t)));
     PROBE_TRY(cudaMalloc(&workspace, LT_WORKSPACE));
-    double lt_us[sizeof sm_counts / sizeof sm_counts[0]];
-    for (int j = 0; j < n_counts; j++) {
+    double lt_us[sizeof sm_counts / sizeof sm_counts[0]] = {0};
+    for (int j = first_count; j < n_counts; j++) {
         bool right = false;
         lt_us[j] = time_lt(lt, sm_counts[j] < sms ? sm_counts[j] : 0, w, x, out_bf16, workspace, flush, e0, e1,
                            w_host, x_host, &right);
@@ -606,23 +632,23 @@ int main(int argc, char **argv) {
     printf("W bf16 [%d, %d] (%.1f MB), one token, L2 flushed; median of %d calls, us (TB/s) on the "
            "multiprocessors of each column; last column: %d times the rows (%.0f MB) on all %d, and the "
            "rate of the extra rows alone (the fixed costs cancel)\n",
-           N_ROWS, KD, bytes / 1e6, REPS, BIG, BIG * bytes / 1e6, sms);
+           N_ROWS, KD, bytes / 1e6, reps, BIG, BIG * bytes / 1e6, sms);
     printf("%-4s %4s %5s %6s %4s %6s %4s", "", "hint", "warps", "blocks", "rows", "stages", "regs");
     for (int j = 0; j < n_counts; j++) printf(" %11d SMs", sm_counts[j] < sms ? sm_counts[j] : sms);
     printf(" %11s x%d  %s\n", "", BIG, "extra rows");
     for (int i = 0; i < n_cases; i++) {
-        if (table[i][0] <= 0.0) continue;
+        if (table[i][n_counts - 1] <= 0.0) continue;
         const stream_case *c = &cases[i];
         printf("%-4s %4s %5d %6d %4d %6d %4d", c->kernel, c->hint ? "256B" : "-", c->warps, c->blocks, c->rows,
                c->stages, regs[i]);
-        for (int j = 0; j < n_counts; j++) printf(" %7.1f (%4.2f)", table[i][j], bytes / table[i][j] * 1e-6);
+        for (int j = 0; j < n_counts; j++) print_us(table[i][j], bytes);
         if (big[i] > 0.0)
             printf(" %7.1f (%4.2f)  %4.2f TB/s", big[i], BIG * bytes / big[i] * 1e-6,
                    (BIG - 1) * bytes / (big[i] - table[i][n_counts - 1]) * 1e-6);
         printf("\n");
     }
     printf("%-4s %4s %5s %6s %4s %6s %4s", "lt", "", "", "", "", "", "");
-    for (int j = 0; j < n_counts; j++) printf(" %7.1f (%4.2f)", lt_us[j], bytes / lt_us[j] * 1e-6);
+    for (int j = 0; j < n_counts; j++) print_us(lt_us[j], bytes);
     printf("  (cuBLASLt planned for the column's count)\n");
     printf("an empty kernel on all %d multiprocessors: %.1f us; a device copy of W: %.1f us (%.2f TB/s read, as "
            "many written), of %d times W: %.1f us (%.2f TB/s)\n",
