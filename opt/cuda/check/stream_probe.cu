@@ -39,8 +39,8 @@
  *
  * Usage: cuda-stream-probe [--csv FILE] [--quick] (every case as a CSV row, written whole at the
  * end or not at all: common/out_file.h; --quick: each measurement once, on every multiprocessor
- * only, with every check: the run for the sanitizers). Needs a CUDA device; exits 2 without one or on a bad FILE, 1 on a
- * wrong result or a failed call.
+ * only, with every check: the run for the sanitizers). Needs a CUDA device; exits 2 without one,
+ * on a bad argument or a bad FILE, 1 on a wrong result or a failed call.
  */
 #include "../cuda_internal.h"
 #include "../../../common/out_file.h"
