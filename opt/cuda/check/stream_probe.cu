@@ -594,8 +594,9 @@ int main(int argc, char **argv) {
     for (int d = 0; d < 2; d++)
         for (int j = 0; j < 4; j++) {
             PROBE_TRY(cudaMemset(out, 0xFF, N_ROWS * sizeof(float)));
-            chain_us[d][j] = time_chain(chain_fn, d ? dependent_fn : NULL, link_counts[j], CHAIN_BLOCKS, CHAIN_WARPS * 32,
-                                        sms, chain_pad, w, x, out, counter, flush, chain_stream, e0, e1);
+            chain_us[d][j] = time_chain(chain_fn, d ? dependent_fn : NULL, link_counts[j], CHAIN_BLOCKS,
+                                        CHAIN_WARPS * 32, sms, chain_pad, w, x, out, counter, flush, chain_stream,
+                                        e0, e1);
             if (!rows_all_written(out, N_ROWS)) {
                 fprintf(stderr, "cuda-stream-probe: a chain of %d left rows unread\n", link_counts[j]);
                 wrong = true;
@@ -657,8 +658,10 @@ int main(int argc, char **argv) {
            "%.1f / %.1f / %.1f / %.1f; as programmatic dependents: %.1f / %.1f / %.1f / %.1f\n",
            MAX_LINKS, CHAIN_WARPS, CHAIN_BLOCKS, CHAIN_ROWS, chain_us[0][0], chain_us[0][1], chain_us[0][2],
            chain_us[0][3], chain_us[1][0], chain_us[1][1], chain_us[1][2], chain_us[1][3]);
-    printf("results: %s\n", wrong ? "WRONG" : "every gemv call equal, within 1e-5 of a double product; "
-                                            "cuBLASLt within a bf16 rounding of it; every read and chain wrote, and every bulk call copied, every row");
+    printf("results: %s\n", wrong ? "WRONG"
+                                   : "every gemv call equal, within 1e-5 of a double product; cuBLASLt within a "
+                                     "bf16 rounding of it; every read and chain wrote, and every bulk call copied, "
+                                     "every row");
     cublasLtDestroy(lt);
     cudaFree(out_bf16), cudaFree(workspace);
     if (csv_path && moe_out_write_whole(csv_path, csv_text, csv_len, &err)) {
