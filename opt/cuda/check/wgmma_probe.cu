@@ -1,0 +1,275 @@
+/*
+ * wgmma_probe.cu: what keeps the tensor pipe of the 128-row expert tiles 55-60 % busy
+ * (docs/perf-cuda.md, thirty-first run's profile at T = 4096, against cuBLASLt's 91 %)? The
+ * tiles' chunk loop, taken apart: the same block of four warpgroups, the same wgmma (A, the
+ * weights, in registers; B, the tokens, in shared memory in the 128-byte swizzle) and the same
+ * decode (cuda_wgmma_decode.cuh), on data already in shared memory, each piece added in turn:
+ *
+ *   mma-free    A constant, every chunk's products queued without a wait: the pipe's own rate
+ *               at wgmma's n (the tile's tokens, 16 to 128: 71-96 on average at T = 4096);
+ *   mma         A constant in two register sets, waiting for all groups but one after each
+ *               chunk, as the tiles do: what the group depth of a warpgroup costs;
+ *   decode      each chunk's A decoded from its packed codes and scale word in shared memory
+ *               into the register set in turn (the tiles' one-product decode);
+ *   decode-bar  and the block barrier once a stage of two chunks, as the tiles' copy rounds.
+ *
+ * What is left between decode-bar and the tiles is the copies, the tile's start and its
+ * epilogue. If mma-free is far from the pipe's peak at the tiles' n, wgmma's n bounds them
+ * (more tokens a tile, or the other orientation); if mma is, the group depth; if decode or
+ * decode-bar, the warps' own loop.
+ *
+ * Rules:
+ *   - one block of 512 threads (four warpgroups: two row tiles of 128 weight rows) a
+ *     multiprocessor, as many blocks as multiprocessors; three stages of two chunks in shared
+ *     memory (each chunk: 128 token rows of 64 bf16 values, the codes and scale words of the two
+ *     row tiles), laid out as expert_wgmma_kernel's, filled once by the block: every token
+ *     value 1.0, every code 1.0 (E2M1 0b0010 at the bits decode_word reads), every scale 2^0;
+ *   - a warpgroup runs CHUNKS chunks (4 wgmma m64nNk16 each) over the stages in turn, so every
+ *     accumulator ends at exactly 64 CHUNKS: each thread checks its N / 2 and counts the wrong
+ *     ones (an integer count, the only atomic);
+ *   - thread 0 of each block reads the clock around the loop: cycles a round (a chunk of each of
+ *     the four warpgroups) against the pipe's 8 N (dense bf16: 2048 multiply-adds a cycle a
+ *     multiprocessor, so m64nNk16 takes N / 2 cycles), the median over blocks and calls;
+ *     beside it the call's time by events and its TFLOP/s.
+ *
+ * Usage: cuda-wgmma-probe [--csv FILE] (every case as a CSV row, written whole at the end or
+ * not at all: common/out_file.h). Needs an sm_90 CUDA device; exits 2 without one or on a bad
+ * FILE, 1 on a wrong result or a failed call.
+ */
+#include "../cuda_wgmma_decode.cuh"
+#include "../cuda_wgmma_ptx.cuh"
+#include "../cuda_wgmma_tiles.cuh"
+#include "../../../common/out_file.h"
+
+#include <cuda_runtime.h>
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define THREADS 512                  /* four warpgroups: two row tiles, as the 128-row tiles */
+#define ROW_TILES 2
+#define TOKENS 128                   /* B rows a chunk: the tile's tokens (wgmma reads the first N) */
+#define CPS 2                        /* chunks a stage */
+#define STAGES 3
+#define B_BYTES (TOKENS * 128)       /* a chunk's token rows: 64 bf16 values each */
+#define A_OFF (CPS * B_BYTES)        /* then the codes of ROW_TILES row tiles by CPS chunks */
+#define S_OFF (A_OFF + ROW_TILES * CPS * WG_A_BYTES) /* then their scale words */
+#define STAGE_BYTES ((S_OFF + ROW_TILES * CPS * WG_S_BYTES + 1023) / 1024 * 1024)
+#define SMEM_BYTES (STAGES * STAGE_BYTES + 1024) /* + alignment of the dynamic base */
+#define CHUNKS 1024                  /* a warpgroup's chunks a call (a 128-row GEMM1 block: 64) */
+#define REPS 5
+#define BF16_ONE_PAIR 0x3F803F80u
+
+enum probe_mode { MODE_MMA_FREE, MODE_MMA, MODE_DECODE, MODE_DECODE_BAR };
+static const char *const mode_names[] = {"mma-free", "mma", "decode", "decode-bar"};
+
+#define PROBE_TRY(call)                                                                           \
+    do {                                                                                          \
+        cudaError_t e_ = (call);                                                                  \
+        if (e_ != cudaSuccess) {                                                                  \
+            fprintf(stderr, "cuda-wgmma-probe: %s: %s\n", #call, cudaGetErrorString(e_));         \
+            exit(1);                                                                              \
+        }                                                                                         \
+    } while (0)
+
+/* A lane word of codes whose eight codes are all 1.0 (E2M1 0b0010: magnitude bit 1). */
+static uint32_t word_of_ones(void) {
+    uint32_t w = 0;
+    for (int j = 0; j < 4; j++)
+        for (int h = 0; h < 2; h++) w |= 1u << moe_wg_code_bit(j, h, 1);
+    return w;
+}
+
+/* Every stage: token values 1.0, codes `code_word`, scale bytes 127 (2^0). */
+__device__ void fill_stages(uint32_t base, uint32_t code_word) {
+    for (uint32_t off = threadIdx.x * 4; off < STAGES * STAGE_BYTES; off += THREADS * 4) {
+        const uint32_t in_stage = off % STAGE_BYTES;
+        const uint32_t v = in_stage < A_OFF ? BF16_ONE_PAIR : in_stage < S_OFF ? code_word : 0x7F7F7F7Fu;
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(base + off), "r"(v) : "memory");
+    }
+    fence_proxy_async(); /* the wgmma reads them through the async proxy */
+    __syncthreads();
+}
+
+template <int N, int MODE>
+__global__ void __launch_bounds__(THREADS, 1)
+    wgmma_probe_kernel(uint32_t code_word, long long *cycles, int *wrong) {
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    fill_stages(base, code_word);
+    const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
+    const int my_tile = warp / 8, my_warp = warp % 8;
+    float acc[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) acc[i] = 0.0f;
+    uint32_t a0[4][4], a1[4][4];
+#pragma unroll
+    for (int s = 0; s < 4; s++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) a0[s][r] = a1[s][r] = BF16_ONE_PAIR;
+    /* chunk j of the stage at slot: its products, and (decode modes) its A fragments first */
+    auto mma = [&](uint32_t slot, int j, uint32_t (&a)[4][4]) {
+        wgmma_fence();
+        wgmma_steps<N>(acc, a, smem_desc_sw128(base + slot + (uint32_t)(j * B_BYTES)));
+        wgmma_commit();
+    };
+    auto decode = [&](uint32_t slot, int j, uint32_t (&a)[4][4]) {
+        uint32_t sw;
+        asm volatile("ld.shared.u32 %0, [%1];\n"
+                     : "=r"(sw)
+                     : "r"(base + slot + S_OFF + (my_tile * CPS + j) * WG_S_BYTES + (my_warp * 8 + g) * 4)
+                     : "memory");
+        decode_chunk_at(base + slot + A_OFF + (my_tile * CPS + j) * WG_A_BYTES + (my_warp * 32 + lane) * 16,
+                        sw, false, a);
+    };
+    constexpr bool DECODE = MODE == MODE_DECODE || MODE == MODE_DECODE_BAR;
+    const long long t0 = clock64();
+    uint32_t slot = 0;
+    for (int i = 0; i < CHUNKS; i += CPS) {
+        if (MODE == MODE_DECODE_BAR) __syncthreads();
+        if (DECODE) decode(slot, 0, a0);
+        mma(slot, 0, a0);
+        if (MODE != MODE_MMA_FREE) wgmma_wait_one();
+        keep_regs(a1);
+        if (DECODE) decode(slot, 1, a1);
+        mma(slot, 1, a1);
+        if (MODE != MODE_MMA_FREE) wgmma_wait_one();
+        keep_regs(a0);
+        slot = slot + STAGE_BYTES == STAGES * STAGE_BYTES ? 0u : slot + STAGE_BYTES;
+    }
+    wgmma_wait_all();
+    __syncthreads();
+    const long long t1 = clock64();
+    if (tid == 0) cycles[blockIdx.x] = t1 - t0;
+    int bad = 0;
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) bad += acc[i] != 64.0f * CHUNKS;
+    if (bad) atomicAdd(wrong, bad);
+}
+
+typedef void (*probe_fn)(uint32_t, long long *, int *);
+typedef struct {
+    int n, mode;
+    probe_fn fn;
+} probe_case;
+
+#define CASES_OF(N)                                                                               \
+    {N, MODE_MMA_FREE, wgmma_probe_kernel<N, MODE_MMA_FREE>},                                     \
+        {N, MODE_MMA, wgmma_probe_kernel<N, MODE_MMA>},                                           \
+        {N, MODE_DECODE, wgmma_probe_kernel<N, MODE_DECODE>},                                     \
+        {N, MODE_DECODE_BAR, wgmma_probe_kernel<N, MODE_DECODE_BAR>}
+static const probe_case cases[] = {CASES_OF(16), CASES_OF(32), CASES_OF(48), CASES_OF(64),
+                                   CASES_OF(80), CASES_OF(96), CASES_OF(112), CASES_OF(128)};
+
+static int compare_doubles(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, compare_doubles);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static char csv_text[1 << 14];
+static size_t csv_len;
+static void csv_row(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(csv_text + csv_len, sizeof csv_text - csv_len, fmt, ap);
+    va_end(ap);
+    if (n > 0 && csv_len + (size_t)n < sizeof csv_text) csv_len += (size_t)n;
+}
+
+int main(int argc, char **argv) {
+    const char *csv_path = NULL;
+    if (argc == 3 && !strcmp(argv[1], "--csv")) csv_path = argv[2];
+    else if (argc != 1) {
+        fprintf(stderr, "usage: cuda-wgmma-probe [--csv FILE]\n");
+        return 2;
+    }
+    moe_error err;
+    if (csv_path) { /* refused now, not after the measurements: opened once and given up */
+        moe_out_file probe;
+        if (moe_out_refuse_same("argument --csv", csv_path, NULL, 0, &err) || moe_out_open(csv_path, &probe, &err)) {
+            fprintf(stderr, "cuda-wgmma-probe: %s\n", err.msg);
+            return 2;
+        }
+        moe_out_abort(&probe);
+    }
+    moe_out_guard_signals();
+    int n_devices = 0, major = 0;
+    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0 ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess || major != 9) {
+        fprintf(stderr, "cuda-wgmma-probe: no sm_90 CUDA device\n");
+        return 2;
+    }
+    int sms = 0;
+    PROBE_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    long long *cycles = NULL;
+    int *wrong = NULL;
+    PROBE_TRY(cudaMalloc(&cycles, (size_t)sms * sizeof(long long)));
+    PROBE_TRY(cudaMalloc(&wrong, sizeof(int)));
+    long long *cycles_host = (long long *)malloc((size_t)sms * sizeof(long long));
+    double *round_cycles = (double *)malloc((size_t)sms * REPS * sizeof(double));
+    if (!cycles_host || !round_cycles) {
+        fprintf(stderr, "cuda-wgmma-probe: out of host memory\n");
+        return 1;
+    }
+    cudaEvent_t e0, e1;
+    PROBE_TRY(cudaEventCreate(&e0));
+    PROBE_TRY(cudaEventCreate(&e1));
+    const uint32_t code_word = word_of_ones();
+
+    printf("cuda-wgmma-probe: %d blocks of %d threads (one a multiprocessor), %d chunks a warpgroup, "
+           "%d bytes of shared memory a block\n",
+           sms, THREADS, CHUNKS, SMEM_BYTES);
+    printf("%-11s %4s %5s %12s %9s %10s %9s %9s\n", "mode", "n", "regs", "cycles/round", "ideal",
+           "efficiency", "us", "TFLOP/s");
+    csv_row("mode,n,regs,cycles_per_round,ideal_cycles,efficiency,us,TFLOPs\n");
+    bool failed = false;
+    const int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    for (int c = 0; c < n_cases; c++) {
+        const probe_case *pc = &cases[c];
+        cudaFuncAttributes attr;
+        PROBE_TRY(cudaFuncGetAttributes(&attr, (const void *)pc->fn));
+        PROBE_TRY(cudaFuncSetAttribute((const void *)pc->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+        double us[REPS];
+        int n_rounds = 0;
+        for (int r = -1; r < REPS; r++) { /* r = -1: the warm-up call */
+            PROBE_TRY(cudaMemset(wrong, 0, sizeof(int)));
+            PROBE_TRY(cudaEventRecord(e0));
+            pc->fn<<<sms, THREADS, SMEM_BYTES>>>(code_word, cycles, wrong);
+            PROBE_TRY(cudaGetLastError());
+            PROBE_TRY(cudaEventRecord(e1));
+            PROBE_TRY(cudaEventSynchronize(e1));
+            int wrong_host = 0;
+            PROBE_TRY(cudaMemcpy(&wrong_host, wrong, sizeof(int), cudaMemcpyDeviceToHost));
+            if (wrong_host) {
+                fprintf(stderr, "cuda-wgmma-probe: %s n = %d: %d accumulators are not %d\n",
+                        mode_names[pc->mode], pc->n, wrong_host, 64 * CHUNKS);
+                failed = true;
+            }
+            if (r < 0) continue;
+            float ms = 0;
+            PROBE_TRY(cudaEventElapsedTime(&ms, e0, e1));
+            us[r] = 1000.0 * ms;
+            PROBE_TRY(cudaMemcpy(cycles_host, cycles, (size_t)sms * sizeof(long long), cudaMemcpyDeviceToHost));
+            for (int b = 0; b < sms; b++) round_cycles[n_rounds++] = (double)cycles_host[b] / CHUNKS;
+        }
+        const double cyc = median(round_cycles, n_rounds), ideal = 8.0 * pc->n;
+        const double t_us = median(us, REPS);
+        const double flops = 2.0 * 64 * pc->n * 16 * 4 * (double)CHUNKS * 4 * sms;
+        printf("%-11s %4d %5d %12.1f %9.0f %9.1f%% %9.1f %9.1f\n", mode_names[pc->mode], pc->n,
+               attr.numRegs, cyc, ideal, 100.0 * ideal / cyc, t_us, flops / t_us * 1e-6);
+        csv_row("%s,%d,%d,%.1f,%.0f,%.4f,%.2f,%.1f\n", mode_names[pc->mode], pc->n, attr.numRegs, cyc,
+                ideal, ideal / cyc, t_us, flops / t_us * 1e-6);
+    }
+    if (csv_path && moe_out_write_file(csv_path, csv_text, csv_len, &err)) {
+        fprintf(stderr, "cuda-wgmma-probe: %s\n", err.msg);
+        return 2;
+    }
+    return failed ? 1 : 0;
+}
