@@ -5,8 +5,8 @@
  * weights, in registers; B, the tokens, in shared memory in the 128-byte swizzle) and the same
  * decode (cuda_wgmma_decode.cuh), on data already in shared memory, each piece added in turn:
  *
- *   mma-free    A constant, every chunk's products queued without a wait: the pipe's own rate
- *               at wgmma's n (the tile's tokens, 16 to 128: 71-96 on average at T = 4096);
+ *   mma-deep    A constant, DEEP_GROUPS chunks' products in flight a warpgroup: the pipe's own
+ *               rate at wgmma's n (the tile's tokens, 16 to 128: 71-96 on average at T = 4096);
  *   mma         A constant in two register sets, waiting for all groups but one after each
  *               chunk, as the tiles do: what the group depth of a warpgroup costs;
  *   decode      each chunk's A decoded from its packed codes and scale word in shared memory
@@ -14,7 +14,7 @@
  *   decode-bar  and the block barrier once a stage of two chunks, as the tiles' copy rounds.
  *
  * What is left between decode-bar and the tiles is the copies, the tile's start and its
- * epilogue. If mma-free is far from the pipe's peak at the tiles' n, wgmma's n bounds them
+ * epilogue. If mma-deep is far from the pipe's peak at the tiles' n, wgmma's n bounds them
  * (more tokens a tile, or the other orientation); if mma is, the group depth; if decode or
  * decode-bar, the warps' own loop.
  *
@@ -62,9 +62,10 @@
 #define CHUNKS 1024                  /* a warpgroup's chunks a call (a 128-row GEMM1 block: 64) */
 #define REPS 5
 #define BF16_ONE_PAIR 0x3F803F80u
+#define DEEP_GROUPS 3                /* mma-deep: chunks of products a warpgroup keeps in flight */
 
-enum probe_mode { MODE_MMA_FREE, MODE_MMA, MODE_DECODE, MODE_DECODE_BAR };
-static const char *const mode_names[] = {"mma-free", "mma", "decode", "decode-bar"};
+enum probe_mode { MODE_MMA_DEEP, MODE_MMA, MODE_DECODE, MODE_DECODE_BAR };
+static const char *const mode_names[] = {"mma-deep", "mma", "decode", "decode-bar"};
 
 #define PROBE_TRY(call)                                                                           \
     do {                                                                                          \
@@ -105,11 +106,16 @@ __global__ void __launch_bounds__(THREADS, 1)
     float acc[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; i++) acc[i] = 0.0f;
+    /* the constant sets (mma modes): 1.0 pairs read from the first token row, so that they are
+     * 32 registers of unknown value, as decoded ones are, not one constant */
     uint32_t a0[4][4], a1[4][4];
 #pragma unroll
     for (int s = 0; s < 4; s++)
 #pragma unroll
-        for (int r = 0; r < 4; r++) a0[s][r] = a1[s][r] = BF16_ONE_PAIR;
+        for (int r = 0; r < 4; r++) {
+            asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(a0[s][r]) : "r"(base + 4 * (4 * s + r)) : "memory");
+            asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(a1[s][r]) : "r"(base + 64 + 4 * (4 * s + r)) : "memory");
+        }
     /* chunk j of the stage at slot: its products, and (decode modes) its A fragments first */
     auto mma = [&](uint32_t slot, int j, uint32_t (&a)[4][4]) {
         wgmma_fence();
@@ -126,18 +132,22 @@ __global__ void __launch_bounds__(THREADS, 1)
                         sw, false, a);
     };
     constexpr bool DECODE = MODE == MODE_DECODE || MODE == MODE_DECODE_BAR;
+    auto wait_groups = [] { /* all groups but one, as the tiles; mma-deep: all but DEEP_GROUPS */
+        if (MODE == MODE_MMA_DEEP) asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(DEEP_GROUPS) : "memory");
+        else wgmma_wait_one();
+    };
     const long long t0 = clock64();
     uint32_t slot = 0;
     for (int i = 0; i < CHUNKS; i += CPS) {
         if (MODE == MODE_DECODE_BAR) __syncthreads();
         if (DECODE) decode(slot, 0, a0);
         mma(slot, 0, a0);
-        if (MODE != MODE_MMA_FREE) wgmma_wait_one();
-        keep_regs(a1);
+        wait_groups();
+        if (DECODE) keep_regs(a1); /* (constant sets are never written: nothing to keep) */
         if (DECODE) decode(slot, 1, a1);
         mma(slot, 1, a1);
-        if (MODE != MODE_MMA_FREE) wgmma_wait_one();
-        keep_regs(a0);
+        wait_groups();
+        if (DECODE) keep_regs(a0);
         slot = slot + STAGE_BYTES == STAGES * STAGE_BYTES ? 0u : slot + STAGE_BYTES;
     }
     wgmma_wait_all();
@@ -157,7 +167,7 @@ typedef struct {
 } probe_case;
 
 #define CASES_OF(N)                                                                               \
-    {N, MODE_MMA_FREE, wgmma_probe_kernel<N, MODE_MMA_FREE>},                                     \
+    {N, MODE_MMA_DEEP, wgmma_probe_kernel<N, MODE_MMA_DEEP>},                                     \
         {N, MODE_MMA, wgmma_probe_kernel<N, MODE_MMA>},                                           \
         {N, MODE_DECODE, wgmma_probe_kernel<N, MODE_DECODE>},                                     \
         {N, MODE_DECODE_BAR, wgmma_probe_kernel<N, MODE_DECODE_BAR>}
@@ -267,7 +277,7 @@ int main(int argc, char **argv) {
         csv_row("%s,%d,%d,%.1f,%.0f,%.4f,%.2f,%.1f\n", mode_names[pc->mode], pc->n, attr.numRegs, cyc,
                 ideal, ideal / cyc, t_us, flops / t_us * 1e-6);
     }
-    if (csv_path && moe_out_write_file(csv_path, csv_text, csv_len, &err)) {
+    if (csv_path && moe_out_write_whole(csv_path, csv_text, csv_len, &err)) {
         fprintf(stderr, "cuda-wgmma-probe: %s\n", err.msg);
         return 2;
     }
