@@ -44,6 +44,7 @@
  */
 #include "../cuda_internal.h"
 #include "../../../common/out_file.h"
+#include "probe_args.h"
 
 #include <stdarg.h>
 
@@ -435,37 +436,12 @@ static void csv_row(const char *fmt, ...) {
 }
 
 int main(int argc, char **argv) {
-    const char *csv_path = NULL;
-    bool quick = false;
-    for (int i = 1; i < argc; i++) {
-        const char *why = NULL;
-        if (!strcmp(argv[i], "--csv")) {
-            if (csv_path) why = "given twice";
-            else if (i + 1 == argc) why = "needs a FILE";
-            else csv_path = argv[++i];
-        } else if (!strcmp(argv[i], "--quick")) {
-            if (quick) why = "given twice";
-            quick = true;
-        } else {
-            why = "unknown";
-        }
-        if (why) {
-            fprintf(stderr, "cuda-stream-probe: argument %s: %s (usage: cuda-stream-probe [--csv FILE] [--quick])\n",
-                    argv[i], why);
-            return 2;
-        }
-    }
+    probe_args args;
+    if (probe_parse_args("cuda-stream-probe", argc, argv, &args)) return 2;
+    const char *csv_path = args.csv_path;
+    const bool quick = args.quick;
     if (quick) reps = QUICK_REPS;
     moe_error err;
-    if (csv_path) { /* refused now, not after the measurements: opened once and given up */
-        moe_out_file probe;
-        if (moe_out_refuse_same("argument --csv", csv_path, NULL, 0, &err) || moe_out_open(csv_path, &probe, &err)) {
-            fprintf(stderr, "cuda-stream-probe: %s\n", err.msg);
-            return 2;
-        }
-        moe_out_abort(&probe);
-    }
-    moe_out_guard_signals();
     int n_devices = 0;
     if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) {
         fprintf(stderr, "cuda-stream-probe: no CUDA device\n");

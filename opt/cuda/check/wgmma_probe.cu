@@ -24,22 +24,24 @@
  *     memory (each chunk: 128 token rows of 64 bf16 values, the codes and scale words of the two
  *     row tiles), laid out as expert_wgmma_kernel's, filled once by the block: every token
  *     value 1.0, every code 1.0 (E2M1 0b0010 at the bits decode_word reads), every scale 2^0;
- *   - a warpgroup runs CHUNKS chunks (4 wgmma m64nNk16 each) over the stages in turn, so every
- *     accumulator ends at exactly 64 CHUNKS: each thread checks its N / 2 and counts the wrong
+ *   - a warpgroup runs `chunks` chunks (4 wgmma m64nNk16 each; CHUNKS, --quick QUICK_CHUNKS)
+ *     over the stages in turn, so every accumulator ends at exactly 64 chunks: each thread
+ *     checks its N / 2 and counts the wrong
  *     ones (an integer count, the only atomic);
  *   - thread 0 of each block reads the clock around the loop: cycles a round (a chunk of each of
  *     the four warpgroups) against the pipe's 8 N (dense bf16: 2048 multiply-adds a cycle a
  *     multiprocessor, so m64nNk16 takes N / 2 cycles), the median over blocks and calls;
  *     beside it the call's time by events and its TFLOP/s.
  *
- * Usage: cuda-wgmma-probe [--csv FILE] (every case as a CSV row, written whole at the end or
- * not at all: common/out_file.h). Needs an sm_90 CUDA device; exits 2 without one or on a bad
+ * Usage: cuda-wgmma-probe [--csv FILE] [--quick] (probe_args.h; --quick: QUICK_CHUNKS chunks,
+ * one call a case). Needs an sm_90 CUDA device; exits 2 without one, on a bad argument or a bad
  * FILE, 1 on a wrong result or a failed call.
  */
 #include "../cuda_wgmma_decode.cuh"
 #include "../cuda_wgmma_ptx.cuh"
 #include "../cuda_wgmma_tiles.cuh"
 #include "../../../common/out_file.h"
+#include "probe_args.h"
 
 #include <cuda_runtime.h>
 
@@ -60,7 +62,8 @@
 #define STAGE_BYTES ((S_OFF + ROW_TILES * CPS * WG_S_BYTES + 1023) / 1024 * 1024)
 #define SMEM_BYTES (STAGES * STAGE_BYTES + 1024) /* + alignment of the dynamic base */
 #define CHUNKS 1024                  /* a warpgroup's chunks a call (a 128-row GEMM1 block: 64) */
-#define REPS 5
+#define QUICK_CHUNKS 8               /* --quick: every case once, short, for the sanitizers */
+#define REPS 5                       /* timed calls a case (--quick: 1) */
 #define BF16_ONE_PAIR 0x3F803F80u
 #define DEEP_GROUPS 3                /* mma-deep: chunks of products a warpgroup keeps in flight */
 
@@ -97,7 +100,7 @@ __device__ void fill_stages(uint32_t base, uint32_t code_word) {
 
 template <int N, int MODE>
 __global__ void __launch_bounds__(THREADS, 1)
-    wgmma_probe_kernel(uint32_t code_word, long long *cycles, int *wrong) {
+    wgmma_probe_kernel(int chunks, uint32_t code_word, long long *cycles, int *wrong) {
     extern __shared__ uint8_t smem_raw[];
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     fill_stages(base, code_word);
@@ -138,7 +141,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     };
     const long long t0 = clock64();
     uint32_t slot = 0;
-    for (int i = 0; i < CHUNKS; i += CPS) {
+    for (int i = 0; i < chunks; i += CPS) {
         if (MODE == MODE_DECODE_BAR) __syncthreads();
         if (DECODE) decode(slot, 0, a0);
         mma(slot, 0, a0);
@@ -156,11 +159,11 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (tid == 0) cycles[blockIdx.x] = t1 - t0;
     int bad = 0;
 #pragma unroll
-    for (int i = 0; i < N / 2; i++) bad += acc[i] != 64.0f * CHUNKS;
+    for (int i = 0; i < N / 2; i++) bad += acc[i] != 64.0f * (float)chunks;
     if (bad) atomicAdd(wrong, bad);
 }
 
-typedef void (*probe_fn)(uint32_t, long long *, int *);
+typedef void (*probe_fn)(int, uint32_t, long long *, int *);
 typedef struct {
     int n, mode;
     probe_fn fn;
@@ -194,22 +197,10 @@ static void csv_row(const char *fmt, ...) {
 }
 
 int main(int argc, char **argv) {
-    const char *csv_path = NULL;
-    if (argc == 3 && !strcmp(argv[1], "--csv")) csv_path = argv[2];
-    else if (argc != 1) {
-        fprintf(stderr, "usage: cuda-wgmma-probe [--csv FILE]\n");
-        return 2;
-    }
+    probe_args args;
+    if (probe_parse_args("cuda-wgmma-probe", argc, argv, &args)) return 2;
+    const int chunks = args.quick ? QUICK_CHUNKS : CHUNKS, reps = args.quick ? 1 : REPS;
     moe_error err;
-    if (csv_path) { /* refused now, not after the measurements: opened once and given up */
-        moe_out_file probe;
-        if (moe_out_refuse_same("argument --csv", csv_path, NULL, 0, &err) || moe_out_open(csv_path, &probe, &err)) {
-            fprintf(stderr, "cuda-wgmma-probe: %s\n", err.msg);
-            return 2;
-        }
-        moe_out_abort(&probe);
-    }
-    moe_out_guard_signals();
     int n_devices = 0, major = 0;
     if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0 ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess || major != 9) {
@@ -223,7 +214,7 @@ int main(int argc, char **argv) {
     PROBE_TRY(cudaMalloc(&cycles, (size_t)sms * sizeof(long long)));
     PROBE_TRY(cudaMalloc(&wrong, sizeof(int)));
     long long *cycles_host = (long long *)malloc((size_t)sms * sizeof(long long));
-    double *round_cycles = (double *)malloc((size_t)sms * REPS * sizeof(double));
+    double *round_cycles = (double *)malloc((size_t)sms * reps * sizeof(double));
     if (!cycles_host || !round_cycles) {
         fprintf(stderr, "cuda-wgmma-probe: out of host memory\n");
         return 1;
@@ -235,7 +226,7 @@ int main(int argc, char **argv) {
 
     printf("cuda-wgmma-probe: %d blocks of %d threads (one a multiprocessor), %d chunks a warpgroup, "
            "%d bytes of shared memory a block\n",
-           sms, THREADS, CHUNKS, SMEM_BYTES);
+           sms, THREADS, chunks, SMEM_BYTES);
     printf("%-11s %4s %5s %12s %9s %10s %9s %9s\n", "mode", "n", "regs", "cycles/round", "ideal",
            "efficiency", "us", "TFLOP/s");
     csv_row("mode,n,regs,cycles_per_round,ideal_cycles,efficiency,us,TFLOPs\n");
@@ -248,10 +239,10 @@ int main(int argc, char **argv) {
         PROBE_TRY(cudaFuncSetAttribute((const void *)pc->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
         double us[REPS];
         int n_rounds = 0;
-        for (int r = -1; r < REPS; r++) { /* r = -1: the warm-up call */
+        for (int r = -1; r < reps; r++) { /* r = -1: the warm-up call */
             PROBE_TRY(cudaMemset(wrong, 0, sizeof(int)));
             PROBE_TRY(cudaEventRecord(e0));
-            pc->fn<<<sms, THREADS, SMEM_BYTES>>>(code_word, cycles, wrong);
+            pc->fn<<<sms, THREADS, SMEM_BYTES>>>(chunks, code_word, cycles, wrong);
             PROBE_TRY(cudaGetLastError());
             PROBE_TRY(cudaEventRecord(e1));
             PROBE_TRY(cudaEventSynchronize(e1));
@@ -259,7 +250,7 @@ int main(int argc, char **argv) {
             PROBE_TRY(cudaMemcpy(&wrong_host, wrong, sizeof(int), cudaMemcpyDeviceToHost));
             if (wrong_host) {
                 fprintf(stderr, "cuda-wgmma-probe: %s n = %d: %d accumulators are not %d\n",
-                        mode_names[pc->mode], pc->n, wrong_host, 64 * CHUNKS);
+                        mode_names[pc->mode], pc->n, wrong_host, 64 * chunks);
                 failed = true;
             }
             if (r < 0) continue;
@@ -267,17 +258,17 @@ int main(int argc, char **argv) {
             PROBE_TRY(cudaEventElapsedTime(&ms, e0, e1));
             us[r] = 1000.0 * ms;
             PROBE_TRY(cudaMemcpy(cycles_host, cycles, (size_t)sms * sizeof(long long), cudaMemcpyDeviceToHost));
-            for (int b = 0; b < sms; b++) round_cycles[n_rounds++] = (double)cycles_host[b] / CHUNKS;
+            for (int b = 0; b < sms; b++) round_cycles[n_rounds++] = (double)cycles_host[b] / chunks;
         }
         const double cyc = median(round_cycles, n_rounds), ideal = 8.0 * pc->n;
-        const double t_us = median(us, REPS);
-        const double flops = 2.0 * 64 * pc->n * 16 * 4 * (double)CHUNKS * 4 * sms;
+        const double t_us = median(us, reps);
+        const double flops = 2.0 * 64 * pc->n * 16 * 4 * (double)chunks * 4 * sms;
         printf("%-11s %4d %5d %12.1f %9.0f %9.1f%% %9.1f %9.1f\n", mode_names[pc->mode], pc->n,
                attr.numRegs, cyc, ideal, 100.0 * ideal / cyc, t_us, flops / t_us * 1e-6);
         csv_row("%s,%d,%d,%.1f,%.0f,%.4f,%.2f,%.1f\n", mode_names[pc->mode], pc->n, attr.numRegs, cyc,
                 ideal, ideal / cyc, t_us, flops / t_us * 1e-6);
     }
-    if (csv_path && moe_out_write_whole(csv_path, csv_text, csv_len, &err)) {
+    if (args.csv_path && moe_out_write_whole(args.csv_path, csv_text, csv_len, &err)) {
         fprintf(stderr, "cuda-wgmma-probe: %s\n", err.msg);
         return 2;
     }
