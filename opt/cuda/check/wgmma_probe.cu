@@ -11,7 +11,11 @@
  *               chunk, as the tiles do: what the group depth of a warpgroup costs;
  *   decode      each chunk's A decoded from its packed codes and scale word in shared memory
  *               into the register set in turn (the tiles' one-product decode);
- *   decode-bar  and the block barrier once a stage of two chunks, as the tiles' copy rounds.
+ *   decode-bar  and the block barrier once a stage of two chunks, as the tiles' copy rounds;
+ *   decode-bar4 the barrier once every four chunks instead (what stages of four would save);
+ *   decode3     decode without the barrier on three register sets, waiting for all groups but
+ *               two (n <= 96 only: the registers of 512 threads hold no more): what a deeper
+ *               group queue buys the decoding warps.
  *
  * What is left between decode-bar and the tiles is the copies, the tile's start and its
  * epilogue. If mma-deep is far from the pipe's peak at the tiles' n, wgmma's n bounds them
@@ -67,8 +71,8 @@
 #define BF16_ONE_PAIR 0x3F803F80u
 #define DEEP_GROUPS 3                /* mma-deep: chunks of products a warpgroup keeps in flight */
 
-enum probe_mode { MODE_MMA_DEEP, MODE_MMA, MODE_DECODE, MODE_DECODE_BAR };
-static const char *const mode_names[] = {"mma-deep", "mma", "decode", "decode-bar"};
+enum probe_mode { MODE_MMA_DEEP, MODE_MMA, MODE_DECODE, MODE_DECODE_BAR, MODE_DECODE_BAR4, MODE_DECODE3 };
+static const char *const mode_names[] = {"mma-deep", "mma", "decode", "decode-bar", "decode-bar4", "decode3"};
 
 #define PROBE_TRY(call)                                                                           \
     do {                                                                                          \
@@ -100,7 +104,8 @@ __device__ void fill_stages(uint32_t base, uint32_t code_word) {
 
 template <int N, int MODE>
 __global__ void __launch_bounds__(THREADS, 1)
-    wgmma_probe_kernel(int chunks, uint32_t code_word, long long *cycles, int *wrong) {
+    wgmma_probe_kernel(const int all_chunks, uint32_t code_word, long long *cycles, int *wrong) {
+    int chunks = all_chunks;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     fill_stages(base, code_word);
@@ -134,15 +139,34 @@ __global__ void __launch_bounds__(THREADS, 1)
         decode_chunk_at(base + slot + A_OFF + (my_tile * CPS + j) * WG_A_BYTES + (my_warp * 32 + lane) * 16,
                         sw, false, a);
     };
-    constexpr bool DECODE = MODE == MODE_DECODE || MODE == MODE_DECODE_BAR;
+    constexpr bool DECODE = MODE >= MODE_DECODE;
     auto wait_groups = [] { /* all groups but one, as the tiles; mma-deep: all but DEEP_GROUPS */
         if (MODE == MODE_MMA_DEEP) asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(DEEP_GROUPS) : "memory");
         else wgmma_wait_one();
     };
     const long long t0 = clock64();
     uint32_t slot = 0;
+    if constexpr (MODE == MODE_DECODE3) {
+        /* chunk c in set c % 3, its stage and place from c (a few instructions the other modes
+         * step instead); after chunk c's products are queued, chunk c - 2's are done and its
+         * set is the next one decoded */
+        uint32_t a2[4][4];
+        auto step = [&](int c, uint32_t (&a)[4][4], uint32_t (&next)[4][4]) {
+            const uint32_t at = (uint32_t)((c >> 1) % STAGES) * STAGE_BYTES;
+            decode(at, c & 1, a);
+            mma(at, c & 1, a);
+            asm volatile("wgmma.wait_group.sync.aligned 2;\n" ::: "memory");
+            keep_regs(next);
+        };
+        for (int c = 0; c < chunks; c += 3) { /* chunks: a multiple of 3 in this mode */
+            step(c, a0, a1);
+            step(c + 1, a1, a2);
+            step(c + 2, a2, a0);
+        }
+        chunks = 0; /* the loop below is the other modes' */
+    }
     for (int i = 0; i < chunks; i += CPS) {
-        if (MODE == MODE_DECODE_BAR) __syncthreads();
+        if (MODE == MODE_DECODE_BAR || (MODE == MODE_DECODE_BAR4 && i % 4 == 0)) __syncthreads();
         if (DECODE) decode(slot, 0, a0);
         mma(slot, 0, a0);
         wait_groups();
@@ -159,7 +183,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (tid == 0) cycles[blockIdx.x] = t1 - t0;
     int bad = 0;
 #pragma unroll
-    for (int i = 0; i < N / 2; i++) bad += acc[i] != 64.0f * (float)chunks;
+    for (int i = 0; i < N / 2; i++) bad += acc[i] != 64.0f * (float)all_chunks;
     if (bad) atomicAdd(wrong, bad);
 }
 
@@ -169,13 +193,14 @@ typedef struct {
     probe_fn fn;
 } probe_case;
 
+#define CASE(N, MODE) {N, MODE, wgmma_probe_kernel<N, MODE>}
 #define CASES_OF(N)                                                                               \
-    {N, MODE_MMA_DEEP, wgmma_probe_kernel<N, MODE_MMA_DEEP>},                                     \
-        {N, MODE_MMA, wgmma_probe_kernel<N, MODE_MMA>},                                           \
-        {N, MODE_DECODE, wgmma_probe_kernel<N, MODE_DECODE>},                                     \
-        {N, MODE_DECODE_BAR, wgmma_probe_kernel<N, MODE_DECODE_BAR>}
-static const probe_case cases[] = {CASES_OF(16), CASES_OF(32), CASES_OF(48), CASES_OF(64),
-                                   CASES_OF(80), CASES_OF(96), CASES_OF(112), CASES_OF(128)};
+    CASE(N, MODE_MMA_DEEP), CASE(N, MODE_MMA), CASE(N, MODE_DECODE), CASE(N, MODE_DECODE_BAR),    \
+        CASE(N, MODE_DECODE_BAR4)
+#define CASES_WITH_THREE_SETS(N) CASES_OF(N), CASE(N, MODE_DECODE3)
+static const probe_case cases[] = {
+    CASES_WITH_THREE_SETS(16), CASES_WITH_THREE_SETS(32), CASES_WITH_THREE_SETS(48), CASES_WITH_THREE_SETS(64),
+    CASES_WITH_THREE_SETS(80), CASES_WITH_THREE_SETS(96), CASES_OF(112),          CASES_OF(128)};
 
 static int compare_doubles(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -239,10 +264,11 @@ int main(int argc, char **argv) {
         PROBE_TRY(cudaFuncSetAttribute((const void *)pc->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
         double us[REPS];
         int n_rounds = 0;
+        const int case_chunks = pc->mode == MODE_DECODE3 ? chunks / 3 * 3 : chunks; /* whole rounds of sets */
         for (int r = -1; r < reps; r++) { /* r = -1: the warm-up call */
             PROBE_TRY(cudaMemset(wrong, 0, sizeof(int)));
             PROBE_TRY(cudaEventRecord(e0));
-            pc->fn<<<sms, THREADS, SMEM_BYTES>>>(chunks, code_word, cycles, wrong);
+            pc->fn<<<sms, THREADS, SMEM_BYTES>>>(case_chunks, code_word, cycles, wrong);
             PROBE_TRY(cudaGetLastError());
             PROBE_TRY(cudaEventRecord(e1));
             PROBE_TRY(cudaEventSynchronize(e1));
@@ -250,7 +276,7 @@ int main(int argc, char **argv) {
             PROBE_TRY(cudaMemcpy(&wrong_host, wrong, sizeof(int), cudaMemcpyDeviceToHost));
             if (wrong_host) {
                 fprintf(stderr, "cuda-wgmma-probe: %s n = %d: %d accumulators are not %d\n",
-                        mode_names[pc->mode], pc->n, wrong_host, 64 * chunks);
+                        mode_names[pc->mode], pc->n, wrong_host, 64 * case_chunks);
                 failed = true;
             }
             if (r < 0) continue;
@@ -258,11 +284,11 @@ int main(int argc, char **argv) {
             PROBE_TRY(cudaEventElapsedTime(&ms, e0, e1));
             us[r] = 1000.0 * ms;
             PROBE_TRY(cudaMemcpy(cycles_host, cycles, (size_t)sms * sizeof(long long), cudaMemcpyDeviceToHost));
-            for (int b = 0; b < sms; b++) round_cycles[n_rounds++] = (double)cycles_host[b] / chunks;
+            for (int b = 0; b < sms; b++) round_cycles[n_rounds++] = (double)cycles_host[b] / case_chunks;
         }
         const double cyc = median(round_cycles, n_rounds), ideal = 8.0 * pc->n;
         const double t_us = median(us, reps);
-        const double flops = 2.0 * 64 * pc->n * 16 * 4 * (double)chunks * 4 * sms;
+        const double flops = 2.0 * 64 * pc->n * 16 * 4 * (double)case_chunks * 4 * sms;
         printf("%-11s %4d %5d %12.1f %9.0f %9.1f%% %9.1f %9.1f\n", mode_names[pc->mode], pc->n,
                attr.numRegs, cyc, ideal, 100.0 * ideal / cyc, t_us, flops / t_us * 1e-6);
         csv_row("%s,%d,%d,%.1f,%.0f,%.4f,%.2f,%.1f\n", mode_names[pc->mode], pc->n, attr.numRegs, cyc,
