@@ -32,7 +32,9 @@
  *   - what a dependent link of a chain costs: W read by 1, 2, 4 and 8 kernels one after the other
  *     in one CUDA graph (each over its share of the rows), plainly and with each kernel a
  *     programmatic dependent of the one before that waits for it at its start, as the layer's
- *     chains do; every read and chain is checked to have written every row's out;
+ *     chains do, and by one launch in as many phases with a grid-wide barrier between them
+ *     (what a megakernel's dependent step would cost instead); every read, chain and phased
+ *     launch is checked to have written every row's out;
  *   - beside them, the layer's own cuBLASLt plan for the sinks' GEMM1 (opt/cuda/cuda_lt.cu, bf16
  *     out, the layer's workspace size) planned for each multiprocessor count alone, its out
  *     checked against the same product within a bf16 rounding.
@@ -170,6 +172,33 @@ __global__ void __launch_bounds__(WARPS * 32, BLOCKS) dependent_read_kernel(cons
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     stream_rows<false, false, WARPS, ROWS>(w, x, out, counter, n_sms, n_rows);
+}
+
+/* Every block of the grid waits here until all have arrived (arrived: zero before the launch,
+ * one count a barrier); the blocks' writes before it are visible after it. The grid must be
+ * resident at once (a cooperative launch). */
+__device__ __forceinline__ void grid_barrier(int *arrived) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(arrived) : "memory");
+        int n = 0;
+        do asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(n) : "l"(arrived) : "memory");
+        while (n < (int)gridDim.x);
+    }
+    __syncthreads();
+}
+/* The chain's links as the phases of one launch: phase l reads link l's rows (on its own
+ * tickets, counters[2 l]), then the grid waits at a barrier (arrived[l]) before phase l + 1:
+ * what a dependent step costs inside one kernel, against a link of the chain. */
+template <int WARPS, int ROWS>
+__global__ void __launch_bounds__(WARPS * 32, 1) phased_read_kernel(const uint4 *w, float *out, int *counters,
+                                                                    int *arrived, int links) {
+    for (int l = 0; l < links; l++) {
+        const int row0 = N_ROWS * l / links, rows = N_ROWS * (l + 1) / links - row0;
+        stream_rows<false, false, WARPS, ROWS>(w + (size_t)row0 * ROW_PIECES, NULL, out + row0, counters + 2 * l,
+                                              0xFFFFFFFFu, rows);
+        if (l + 1 < links) grid_barrier(arrived + l);
+    }
 }
 
 /* ---------------------------------------------------------------- bulk copies */
@@ -352,6 +381,31 @@ static double time_chain(stream_fn fn, stream_fn dependent_fn, int links, int bl
     return us;
 }
 
+/* median µs of W read by one cooperative launch of phased_read_kernel in `links` phases (one
+ * block a multiprocessor), its tickets and barriers zeroed first. Launched directly, not in a
+ * graph: what the phases add is read against its own one-phase launch. */
+static double time_phased(int links, int threads, int sms, int pad, const uint4 *w, float *out, int *counters,
+                          void *flush, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1) {
+    int *arrived = counters + 2 * MAX_LINKS;
+    cudaLaunchAttribute attr = {};
+    attr.id = cudaLaunchAttributeCooperative;
+    attr.val.cooperative = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)sms);
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = (size_t)pad;
+    cfg.stream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return median_us(
+        stream, flush, e0, e1,
+        [&] { PROBE_TRY(cudaMemsetAsync(counters, 0, 3 * MAX_LINKS * sizeof(int), stream)); },
+        [&] {
+            PROBE_TRY(cudaLaunchKernelEx(&cfg, phased_read_kernel<CHAIN_WARPS, CHAIN_ROWS>, w, out, counters,
+                                         arrived, links));
+        });
+}
+
 /* Every gemv call gives the first one's out bit for bit; the first is checked against a host
  * double product of each row (fp32 over 4096 products: within about 133 u of their magnitudes). */
 static bool check_out(const stream_case *c, int n_sms, const float *out, float *out_host, float *first,
@@ -473,13 +527,14 @@ int main(int argc, char **argv) {
     }
     uint4 *w = NULL, *x = NULL;
     float *out = NULL;
-    int *counter = NULL; /* [0] the tickets; [1] rows a bulk case copied; two a link of a chain */
+    int *counter = NULL; /* [0] the tickets; [1] rows a bulk case copied; two a link of a chain,
+                            then one barrier count a phase (time_phased) */
     void *flush = NULL, *copy_dst = NULL;
     const size_t w_bytes = w_elems * sizeof(uint16_t);
     PROBE_TRY(cudaMalloc(&w, BIG * w_bytes));
     PROBE_TRY(cudaMalloc(&x, KD * sizeof(uint16_t)));
     PROBE_TRY(cudaMalloc(&out, BIG * N_ROWS * sizeof(float)));
-    PROBE_TRY(cudaMalloc(&counter, 2 * MAX_LINKS * sizeof(int)));
+    PROBE_TRY(cudaMalloc(&counter, 3 * MAX_LINKS * sizeof(int)));
     PROBE_TRY(cudaMalloc(&flush, FLUSH_BYTES));
     PROBE_TRY(cudaMalloc(&copy_dst, BIG * w_bytes));
     for (int i = 0; i < BIG; i++)
@@ -581,6 +636,21 @@ int main(int argc, char **argv) {
                     CHAIN_WARPS, CHAIN_BLOCKS, CHAIN_ROWS, sms, bytes / 1e6, chain_us[d][j],
                     bytes / chain_us[d][j] * 1e-6);
         }
+    /* the same links as the phases of one launch, a grid barrier between them */
+    PROBE_TRY(cudaFuncSetAttribute((const void *)phased_read_kernel<CHAIN_WARPS, CHAIN_ROWS>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, chain_pad));
+    double phased_us[4];
+    for (int j = 0; j < 4; j++) {
+        PROBE_TRY(cudaMemset(out, 0xFF, N_ROWS * sizeof(float)));
+        phased_us[j] = time_phased(link_counts[j], CHAIN_WARPS * 32, sms, chain_pad, w, out, counter, flush,
+                                   chain_stream, e0, e1);
+        if (!rows_all_written(out, N_ROWS)) {
+            fprintf(stderr, "cuda-stream-probe: one launch of %d phases left rows unread\n", link_counts[j]);
+            wrong = true;
+        }
+        csv_row("phased-%d,0,%d,1,%d,0,,%d,%.1f,%.2f,%.3f\n", link_counts[j], CHAIN_WARPS, CHAIN_ROWS, sms,
+                bytes / 1e6, phased_us[j], bytes / phased_us[j] * 1e-6);
+    }
     PROBE_TRY(cudaStreamDestroy(chain_stream));
     csv_row("empty,0,1,1,0,0,0,%d,0,%.2f,\n", sms, empty_us);
     csv_row("device copy,0,,,,,,%d,%.1f,%.2f,%.3f\n", sms, bytes / 1e6, copy_us, bytes / copy_us * 1e-6);
@@ -634,6 +704,9 @@ int main(int argc, char **argv) {
            "%.1f / %.1f / %.1f / %.1f; as programmatic dependents: %.1f / %.1f / %.1f / %.1f\n",
            MAX_LINKS, CHAIN_WARPS, CHAIN_BLOCKS, CHAIN_ROWS, chain_us[0][0], chain_us[0][1], chain_us[0][2],
            chain_us[0][3], chain_us[1][0], chain_us[1][1], chain_us[1][2], chain_us[1][3]);
+    printf("W read by one launch (not in a graph) in 1 / 2 / 4 / %d phases, a grid barrier between them, us: "
+           "%.1f / %.1f / %.1f / %.1f\n",
+           MAX_LINKS, phased_us[0], phased_us[1], phased_us[2], phased_us[3]);
     printf("results: %s\n", wrong ? "WRONG"
                                    : "every gemv call equal, within 1e-5 of a double product; cuBLASLt within a "
                                      "bf16 rounding of it; every read and chain wrote, and every bulk call copied, "
