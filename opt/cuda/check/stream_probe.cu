@@ -46,9 +46,8 @@
  */
 #include "../cuda_internal.h"
 #include "../../../common/out_file.h"
-#include "probe_args.h"
+#include "probe_common.h"
 
-#include <stdarg.h>
 
 #include <math.h>
 #include <stdint.h>
@@ -70,15 +69,6 @@
 #define CHAIN_BLOCKS 1
 #define CHAIN_ROWS 2
 #define LT_WORKSPACE (32u << 20) /* as the layer's (cuda_backend.cu) */
-
-#define PROBE_TRY(call)                                                                           \
-    do {                                                                                          \
-        cudaError_t e_ = (call);                                                                  \
-        if (e_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "cuda-stream-probe: %s: %s\n", #call, cudaGetErrorString(e_));        \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
 
 __device__ __forceinline__ unsigned sm_id(void) {
     unsigned id;
@@ -279,11 +269,6 @@ static const stream_case cases[] = {FORMS_OF(false, false), FORMS_OF(false, true
                                     FORMS_OF(true, true),  BULK(4, 1),  BULK(2, 4), BULK(4, 4),
                                     BULK(6, 4),            BULK(16, 1), BULK(12, 2)};
 
-static int compare_doubles(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static float bf16_value(uint16_t bits) {
     const uint32_t u = (uint32_t)bits << 16;
     float f;
@@ -310,8 +295,7 @@ static double median_us(cudaStream_t stream, void *flush, cudaEvent_t e0, cudaEv
         PROBE_TRY(cudaEventElapsedTime(&ms, e0, e1));
         if (r >= 0) us[r] = 1e3 * ms;
     }
-    qsort(us, (size_t)reps, sizeof us[0], compare_doubles);
-    return us[reps / 2];
+    return median_of(us, reps);
 }
 
 /* median µs of REPS calls of fn on n_sms of the sms multiprocessors (blocks of threads each a
@@ -476,17 +460,6 @@ static double time_lt(cublasLtHandle_t lt, int sm_target, const uint4 *w, const 
 static void print_us(double us, double bytes) {
     if (us > 0.0) printf(" %7.1f (%4.2f)", us, bytes / us * 1e-6);
     else printf(" %14s", "-");
-}
-
-/* The CSV's rows, kept until the end (a few kB). */
-static char csv_text[1 << 16];
-static size_t csv_len;
-static void csv_row(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    const int n = vsnprintf(csv_text + csv_len, sizeof csv_text - csv_len, fmt, ap);
-    va_end(ap);
-    if (n > 0 && (size_t)n < sizeof csv_text - csv_len) csv_len += (size_t)n;
 }
 
 int main(int argc, char **argv) {
@@ -713,7 +686,7 @@ int main(int argc, char **argv) {
                                      "every row");
     cublasLtDestroy(lt);
     cudaFree(out_bf16), cudaFree(workspace);
-    if (csv_path && moe_out_write_whole(csv_path, csv_text, csv_len, &err)) {
+    if (csv_path && moe_out_write_whole(csv_path, probe_csv, probe_csv_len, &err)) {
         fprintf(stderr, "cuda-stream-probe: %s\n", err.msg);
         return 2;
     }

@@ -45,11 +45,10 @@
 #include "../cuda_wgmma_ptx.cuh"
 #include "../cuda_wgmma_tiles.cuh"
 #include "../../../common/out_file.h"
-#include "probe_args.h"
+#include "probe_common.h"
 
 #include <cuda_runtime.h>
 
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,15 +72,6 @@
 
 enum probe_mode { MODE_MMA_DEEP, MODE_MMA, MODE_DECODE, MODE_DECODE_BAR, MODE_DECODE_BAR4, MODE_DECODE3 };
 static const char *const mode_names[] = {"mma-deep", "mma", "decode", "decode-bar", "decode-bar4", "decode3"};
-
-#define PROBE_TRY(call)                                                                           \
-    do {                                                                                          \
-        cudaError_t e_ = (call);                                                                  \
-        if (e_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "cuda-wgmma-probe: %s: %s\n", #call, cudaGetErrorString(e_));         \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
 
 /* A lane word of codes whose eight codes are all 1.0 (E2M1 0b0010: magnitude bit 1). */
 static uint32_t word_of_ones(void) {
@@ -202,25 +192,6 @@ static const probe_case cases[] = {
     CASES_WITH_THREE_SETS(16), CASES_WITH_THREE_SETS(32), CASES_WITH_THREE_SETS(48), CASES_WITH_THREE_SETS(64),
     CASES_WITH_THREE_SETS(80), CASES_WITH_THREE_SETS(96), CASES_OF(112),          CASES_OF(128)};
 
-static int compare_doubles(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, compare_doubles);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static char csv_text[1 << 14];
-static size_t csv_len;
-static void csv_row(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    const int n = vsnprintf(csv_text + csv_len, sizeof csv_text - csv_len, fmt, ap);
-    va_end(ap);
-    if (n > 0 && csv_len + (size_t)n < sizeof csv_text) csv_len += (size_t)n;
-}
-
 int main(int argc, char **argv) {
     probe_args args;
     if (probe_parse_args("cuda-wgmma-probe", argc, argv, &args)) return 2;
@@ -286,15 +257,15 @@ int main(int argc, char **argv) {
             PROBE_TRY(cudaMemcpy(cycles_host, cycles, (size_t)sms * sizeof(long long), cudaMemcpyDeviceToHost));
             for (int b = 0; b < sms; b++) round_cycles[n_rounds++] = (double)cycles_host[b] / case_chunks;
         }
-        const double cyc = median(round_cycles, n_rounds), ideal = 8.0 * pc->n;
-        const double t_us = median(us, reps);
+        const double cyc = median_of(round_cycles, n_rounds), ideal = 8.0 * pc->n;
+        const double t_us = median_of(us, reps);
         const double flops = 2.0 * 64 * pc->n * 16 * 4 * (double)case_chunks * 4 * sms;
         printf("%-11s %4d %5d %12.1f %9.0f %9.1f%% %9.1f %9.1f\n", mode_names[pc->mode], pc->n,
                attr.numRegs, cyc, ideal, 100.0 * ideal / cyc, t_us, flops / t_us * 1e-6);
         csv_row("%s,%d,%d,%.1f,%.0f,%.4f,%.2f,%.1f\n", mode_names[pc->mode], pc->n, attr.numRegs, cyc,
                 ideal, ideal / cyc, t_us, flops / t_us * 1e-6);
     }
-    if (args.csv_path && moe_out_write_whole(args.csv_path, csv_text, csv_len, &err)) {
+    if (args.csv_path && moe_out_write_whole(args.csv_path, probe_csv, probe_csv_len, &err)) {
         fprintf(stderr, "cuda-wgmma-probe: %s\n", err.msg);
         return 2;
     }
