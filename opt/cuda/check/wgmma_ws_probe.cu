@@ -1,35 +1,45 @@
 /*
- * wgmma_ws_probe.cu: would the 128-row expert tiles keep the tensor pipe busier the other way
- * round? Today (cuda_experts_wgmma.cu) every warpgroup decodes its own 64 weight rows into the
- * registers of wgmma's A operand and multiplies them by the tile's n tokens (n <= 128) from
- * shared memory, one chunk's products in flight while it decodes the next; profiled at T = 4096
- * the tensor pipe is 55-60 % active (docs/perf-cuda.md, thirty-first run). The public prefill
- * kernels for mixed-input MoE on Hopper do it the other way: a decoding warpgroup writes a weight
- * tile once into shared memory as bf16, and the multiplying warpgroups read both operands from
- * shared memory, the tokens as A (64 a warpgroup) and the weights as B (n = 128 or 256 weight
- * rows), so the decode and the products run on different warps. This probe times that loop on
- * data already in shared memory, beside cuda-wgmma-probe's modes of today's loop:
+ * wgmma_ws_probe.cu: would the 128-row expert tiles keep the tensor pipe busier if warps of their
+ * own decoded the weights? Today (cuda_experts_wgmma.cu) every warpgroup decodes its own 64
+ * weight rows into the registers of wgmma's A operand and multiplies them by the tile's n tokens
+ * (n <= 128) from shared memory, one chunk's products in flight while it decodes the next;
+ * profiled at T = 4096 the tensor pipe is 55-60 % active (docs/perf-cuda.md, thirty-first run).
+ * The public prefill kernels for mixed-input MoE on Hopper split the work instead: decoding
+ * warps write a weight tile once into shared memory as bf16, and multiplying warpgroups read
+ * both operands from shared memory. This probe times that loop on data already in shared
+ * memory, in the two orientations:
  *
- *   ss-mma   the two multiplying warpgroups alone, the weights already bf16 in shared memory:
- *            the pipe's rate at m64nNWk16 with both operands in shared memory;
- *   ws       DEC decoding warpgroups fill a ring of NB weight slots (decode_chunk_at, then
- *            stmatrix into the 128-byte swizzle), a full and an empty mbarrier a slot; the
- *            multiplying warpgroups wait for a slot, queue its products and free the slot of
- *            the chunk DEPTH before once wgmma has read it.
+ *   weights as A (`ss`, `ws`): the tiles' own shape, 256 weight rows by n tokens (wgmma
+ *       m64nNk16, n = 64, 96 or 128, two 64-row slabs a multiplying warpgroup), so that an
+ *       expert's tile pads its tokens to 16 as today; ideal 8 n cycles a chunk, as
+ *       cuda-wgmma-probe's round;
+ *   tokens as A (`ss-t`, `ws-t`): 128 tokens (64 a multiplying warpgroup) by n = 128 or 256
+ *       weight rows, the public kernels' shape, which pads an expert's tokens to 64 (at T = 4096,
+ *       96 rows an expert on average: 128, a quarter of the products wasted); ideal 4 n cycles.
+ *
+ * and in two modes:
+ *
+ *   ss   the two multiplying warpgroups alone, the weights already bf16 in shared memory: the
+ *        pipe's rate with both operands in shared memory;
+ *   ws   DEC decoding warpgroups fill a ring of NB weight slots (decode_chunk_at, then stmatrix
+ *        into the 128-byte swizzle), a full and an empty mbarrier a slot; the multiplying
+ *        warpgroups wait for a slot, queue its products and free the slot of the chunk DEPTH
+ *        before once wgmma has read it (DEPTH 2 only with tokens as A: with weights as A, whose
+ *        two slabs a warpgroup are two accumulator sets, ptxas serialises the wgmma of DEPTH 2).
  *
  * Rules:
- *   - one block a multiprocessor: two multiplying warpgroups (tokens 0..63 and 64..127) and DEC
- *     decoding ones; a chunk is 128 tokens by NW weight rows by 64 reduction values;
- *   - the tokens: A_SLOTS chunks of 1.0 (chunk c reads slot c % A_SLOTS); the codes: CODE_SETS
- *     chunks of cuda-wgmma-probe's layout (every code 1.0) whose scale bytes make rows g and g + 8
- *     of a 16-row group 2^(m - 2) and 2^(m - 1) in set m (chunk c decodes set c % CODE_SETS), so
- *     that a slot read before it is refilled, or a row placed in the wrong half, shows: every
- *     accumulator must end at exactly 64 times its rows' sum over the chunks (ss-mma: the rows
- *     1.0 and 2.0 throughout);
+ *   - one block a multiprocessor: two multiplying warpgroups and DEC decoding ones; a chunk is
+ *     the block's weight rows (NW) by its tokens by 64 reduction values;
+ *   - the tokens: A_SLOTS chunks of 128 rows of 1.0 (chunk c reads slot c % A_SLOTS); the codes:
+ *     CODE_SETS chunks of cuda-wgmma-probe's layout (every code 1.0) whose scale bytes make rows
+ *     g and g + 8 of a 16-row group 2^(m - 2) and 2^(m - 1) in set m (chunk c decodes set
+ *     c % CODE_SETS), so that a slot read before it is refilled, or a row placed in the wrong
+ *     half, shows: every accumulator must end at exactly 64 times its row's sum over the chunks
+ *     (ss: the rows 1.0 and 2.0 throughout);
  *   - a decoding warp takes NW / 16 / (4 DEC) groups of 16 rows a chunk; the full barrier counts
  *     the decoding threads (each fences its shared-memory writes for the async proxy first), the
  *     empty one the multiplying threads;
- *   - thread 0 reads the clock around the loop: cycles a chunk against the pipe's 4 NW (2048
+ *   - thread 0 reads the clock around the loop: cycles a chunk against the pipe's ideal (2048
  *     multiply-adds a cycle a multiprocessor), the median over blocks and calls, and the call's
  *     time by events and its TFLOP/s.
  *
@@ -49,9 +59,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define TOKENS 128          /* a chunk's tokens: two multiplying warpgroups of 64 */
-#define A_SLOTS 2           /* token chunks in shared memory */
-#define A_BYTES (TOKENS * 128)
+#define A_SLOTS 2           /* token chunks in shared memory, 128 rows each */
+#define A_BYTES (128 * 128)
 #define CODE_SETS 3         /* code chunks in shared memory, each its own scales */
 #define NB 4                /* weight slots in the ring */
 #define CHUNKS 1026         /* chunks a call (a multiple of CODE_SETS) */
@@ -60,12 +69,21 @@
 #define BF16_ONE_PAIR 0x3F803F80u
 #define BF16_TWO_PAIR 0x40004000u
 
-enum ws_mode { MODE_SS_MMA, MODE_WS };
-static const char *const mode_names[] = {"ss-mma", "ws"};
+enum ws_mode { MODE_SS, MODE_WS };
+enum ws_orient { WEIGHTS_A, TOKENS_A };
 
-/* Shared memory of a block multiplying NW weight rows: the weight slots (NW rows of 128 bytes),
- * the token slots, the code sets (NW / WG_ROWS row tiles of codes, then their scale words), the
- * 2 NB mbarriers. */
+/* The shape of orientation O at wgmma n = N: the block's weight rows and tokens, a multiplying
+ * thread's accumulators, a chunk's ideal cycles. */
+template <int O, int N> struct ws_shape {
+    static constexpr int weight_rows = O == WEIGHTS_A ? 256 : N;
+    static constexpr int tokens = O == WEIGHTS_A ? N : 128;
+    static constexpr int acc = O == WEIGHTS_A ? 2 * (N / 2) : N / 2; /* two 64-row slabs, or one */
+    static constexpr int ideal_cycles = weight_rows * tokens * 64 / 2048;
+};
+
+/* Shared memory of a block of NW weight rows: the weight slots (NW rows of 128 bytes), the token
+ * slots, the code sets (NW / WG_ROWS row tiles of codes, then their scale words), the 2 NB
+ * mbarriers. */
 template <int NW> struct ws_smem {
     static constexpr int slot_bytes = NW * 128;
     static constexpr int b_off = 0;
@@ -78,27 +96,29 @@ template <int NW> struct ws_smem {
 
 /* ---------------------------------------------------------------- PTX of this loop only */
 
-/* d (64 x NW fp32, wgmma's fragment) += a (64 x 16 bf16) * b (16 x NW bf16), both K-major in
- * shared memory in the 128-byte swizzle. */
-template <int NW> __device__ __forceinline__ void wgmma_ss(float *d, uint64_t a_desc, uint64_t b_desc);
+/* d (64 x N fp32, wgmma's fragment) += a (64 x 16 bf16) * b (16 x N bf16), both K-major in
+ * shared memory in the 128-byte swizzle. One specialisation per N, as wgmma_bf16's
+ * (cuda_wgmma_ptx.cuh): the accumulators, then the two descriptors and the scale-d flag. */
+template <int N> __device__ __forceinline__ void wgmma_ss(float *d, uint64_t a_desc, uint64_t b_desc);
+#define WS_DEFINE_SS(N, D_REGS, DESCS, FLAG, ...)                                                  \
+    template <>                                                                                   \
+    __device__ __forceinline__ void wgmma_ss<N>(float *d, uint64_t a_desc, uint64_t b_desc) {     \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " FLAG ", 0;\n"                            \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 "                  \
+                     "{" D_REGS "}, " DESCS ", p, 1, 1, 0, 0;\n}\n"                               \
+                     : __VA_ARGS__                                                                \
+                     : "l"(a_desc), "l"(b_desc), "r"(1));                                         \
+    }
 #define WS_D128                                                                                   \
     WG_D64 ",%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84," \
            "%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104," \
            "%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121," \
            "%122,%123,%124,%125,%126,%127"
-template <> __device__ __forceinline__ void wgmma_ss<128>(float *d, uint64_t a_desc, uint64_t b_desc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WG_D64 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : WG_A128
-                 : "l"(a_desc), "l"(b_desc), "r"(1));
-}
-template <> __device__ __forceinline__ void wgmma_ss<256>(float *d, uint64_t a_desc, uint64_t b_desc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" WS_D128 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-                 : WG_A128, WG_ACC8(64), WG_ACC8(72), WG_ACC8(80), WG_ACC8(88), WG_ACC8(96), WG_ACC8(104),
-                   WG_ACC8(112), WG_ACC8(120)
-                 : "l"(a_desc), "l"(b_desc), "r"(1));
-}
+WS_DEFINE_SS(64, WG_D32, "%32, %33", "%34", WG_A64)
+WS_DEFINE_SS(96, WG_D48, "%48, %49", "%50", WG_A96)
+WS_DEFINE_SS(128, WG_D64, "%64, %65", "%66", WG_A128)
+WS_DEFINE_SS(256, WS_D128, "%128, %129", "%130", WG_A128, WG_ACC8(64), WG_ACC8(72), WG_ACC8(80),
+             WG_ACC8(88), WG_ACC8(96), WG_ACC8(104), WG_ACC8(112), WG_ACC8(120))
 
 /* Four 8x8 bf16 matrices from mma fragment registers r to the rows whose addresses lanes 8i..8i+7
  * give (matrix i = register i). */
@@ -153,15 +173,22 @@ template <int NW> __device__ void fill_regions(uint32_t base, uint32_t code_word
     fence_proxy_async(); /* the wgmma reads them through the async proxy */
 }
 
-template <int NW, int MODE, int DEC, int DEPTH>
+/* Whether accumulator i of a multiplying thread sits on a row g + 8 of a 16-row weight group:
+ * weights as A, the fragment's rows (d[4j + 2 + e]); tokens as A, its columns (j odd). */
+template <int O> __device__ __forceinline__ bool upper_half(int i) {
+    return O == WEIGHTS_A ? i % 4 >= 2 : (i / 4) % 2 == 1;
+}
+
+template <int O, int N, int MODE, int DEC, int DEPTH>
 __global__ void __launch_bounds__((2 + DEC) * 128, 1)
     ws_probe_kernel(const int chunks, uint32_t code_word, long long *cycles, int *wrong) {
-    using L = ws_smem<NW>;
+    using S = ws_shape<O, N>;
+    using L = ws_smem<S::weight_rows>;
     constexpr int threads = (2 + DEC) * 128;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t full = base + L::bars_off, empty = full + NB * 8; /* bar i at + 8 i */
-    fill_regions<NW>(base, code_word, threads);
+    fill_regions<S::weight_rows>(base, code_word, threads);
     if (threadIdx.x < NB) {
         mbar_init(full + 8 * threadIdx.x, DEC * 128);
         mbar_init(empty + 8 * threadIdx.x, 2 * 128);
@@ -169,34 +196,40 @@ __global__ void __launch_bounds__((2 + DEC) * 128, 1)
     __syncthreads();
     const int tid = (int)threadIdx.x, wg = tid / 128, lane = tid % 32;
     const long long t0 = clock64();
-    if (wg < 2) { /* multiplying: tokens 64 wg .. 64 wg + 63 */
-        float acc[NW / 2];
+    if (wg < 2) { /* multiplying: weight slabs 2 wg, 2 wg + 1 by every token, or tokens 64 wg.. */
+        float acc[S::acc];
 #pragma unroll
-        for (int i = 0; i < NW / 2; i++) acc[i] = 0.0f;
+        for (int i = 0; i < S::acc; i++) acc[i] = 0.0f;
         for (int c = 0; c < chunks; c++) {
             const uint32_t slot = base + L::b_off + (uint32_t)(c % NB) * L::slot_bytes;
-            const uint32_t a = base + L::a_off + (uint32_t)(c % A_SLOTS) * A_BYTES + (uint32_t)wg * 8192u;
+            const uint32_t tok = base + L::a_off + (uint32_t)(c % A_SLOTS) * A_BYTES;
             if (MODE == MODE_WS) mbar_wait(full + 8 * (c % NB), (uint32_t)(c / NB) & 1u);
             wgmma_fence();
 #pragma unroll
-            for (int s = 0; s < 4; s++) /* + 32 bytes a k16 step in both */
-                wgmma_ss<NW>(acc, smem_desc_sw128(a) + 2 * s, smem_desc_sw128(slot) + 2 * s);
+            for (int s = 0; s < 4; s++) { /* + 32 bytes a k16 step in both operands */
+                if constexpr (O == WEIGHTS_A) {
+                    const uint64_t b = smem_desc_sw128(tok) + 2 * s;
+                    wgmma_ss<N>(acc, smem_desc_sw128(slot + (uint32_t)(2 * wg) * 8192u) + 2 * s, b);
+                    wgmma_ss<N>(acc + N / 2, smem_desc_sw128(slot + (uint32_t)(2 * wg + 1) * 8192u) + 2 * s, b);
+                } else {
+                    wgmma_ss<N>(acc, smem_desc_sw128(tok + (uint32_t)wg * 8192u) + 2 * s, smem_desc_sw128(slot) + 2 * s);
+                }
+            }
             wgmma_commit();
             asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(DEPTH) : "memory");
             if (MODE == MODE_WS && c >= DEPTH) mbar_arrive(empty + 8 * ((c - DEPTH) % NB));
         }
         wgmma_wait_all();
-        /* row n of the slot (column n here: d[4j + e], d[4j + 2 + e] are column 8j + 2t + e) is
-         * 2^(m - 2) (n % 16 < 8) or 2^(m - 1) in code set m; ss-mma: 1.0 or 2.0 */
+        /* a row of weight group set m is 2^(m - 2) (lower half) or 2^(m - 1); ss: 1.0 or 2.0 */
         float unit = 0.0f;
         for (int c = 0; c < chunks; c++) unit += MODE == MODE_WS ? (float)(1 << (c % CODE_SETS)) : 4.0f;
         int bad = 0;
 #pragma unroll
-        for (int i = 0; i < NW / 2; i++) bad += acc[i] != 64.0f * unit * ((i / 4) % 2 ? 0.5f : 0.25f);
+        for (int i = 0; i < S::acc; i++) bad += acc[i] != 64.0f * unit * (upper_half<O>(i % (N / 2)) ? 0.5f : 0.25f);
         if (bad) atomicAdd(wrong, bad);
     } else if (MODE == MODE_WS) { /* decoding: warp dw's row groups dw, dw + 4 DEC, ... */
         const int dw = (tid - 256) / 32, g = lane / 4;
-        constexpr int groups = NW / 16 / (4 * DEC);
+        constexpr int NW = S::weight_rows, groups = NW / 16 / (4 * DEC);
         for (int c = 0; c < chunks; c++) {
             const uint32_t slot = base + L::b_off + (uint32_t)(c % NB) * L::slot_bytes;
             const uint32_t set = base + L::codes_off + (uint32_t)(c % CODE_SETS) * L::set_bytes;
@@ -225,15 +258,22 @@ __global__ void __launch_bounds__((2 + DEC) * 128, 1)
 
 typedef void (*probe_fn)(int, uint32_t, long long *, int *);
 typedef struct {
-    int nw, mode, dec, depth, smem;
+    const char *mode;
+    int n, dec, depth, weight_rows, tokens, ideal_cycles, smem;
     probe_fn fn;
 } probe_case;
 
-#define CASE(NW, MODE, DEC, DEPTH) {NW, MODE, DEC, DEPTH, ws_smem<NW>::bytes, ws_probe_kernel<NW, MODE, DEC, DEPTH>}
+#define CASE(NAME, O, N, MODE, DEC, DEPTH)                                                        \
+    {NAME, N, DEC, DEPTH, ws_shape<O, N>::weight_rows, ws_shape<O, N>::tokens,                   \
+     ws_shape<O, N>::ideal_cycles, ws_smem<ws_shape<O, N>::weight_rows>::bytes,                   \
+     ws_probe_kernel<O, N, MODE, DEC, DEPTH>}
+#define WEIGHTS_A_CASES(N)                                                                        \
+    CASE("ss", WEIGHTS_A, N, MODE_SS, 1, 1), CASE("ws", WEIGHTS_A, N, MODE_WS, 1, 1)
 static const probe_case cases[] = {
-    CASE(128, MODE_SS_MMA, 1, 1), CASE(256, MODE_SS_MMA, 1, 1), CASE(128, MODE_WS, 1, 1),
-    CASE(128, MODE_WS, 2, 1),     CASE(128, MODE_WS, 2, 2),     CASE(256, MODE_WS, 1, 1),
-    CASE(256, MODE_WS, 1, 2),
+    WEIGHTS_A_CASES(64), WEIGHTS_A_CASES(96), WEIGHTS_A_CASES(128), CASE("ws", WEIGHTS_A, 64, MODE_WS, 2, 1),
+    CASE("ss-t", TOKENS_A, 128, MODE_SS, 1, 1), CASE("ss-t", TOKENS_A, 256, MODE_SS, 1, 1),
+    CASE("ws-t", TOKENS_A, 128, MODE_WS, 2, 1), CASE("ws-t", TOKENS_A, 256, MODE_WS, 1, 1),
+    CASE("ws-t", TOKENS_A, 256, MODE_WS, 1, 2),
 };
 
 /* A lane word of codes whose eight codes are all 1.0 (E2M1 0b0010: magnitude bit 1). */
@@ -272,11 +312,10 @@ int main(int argc, char **argv) {
     PROBE_TRY(cudaEventCreate(&e1));
     const uint32_t code_word = word_of_ones();
 
-    printf("cuda-wgmma-ws-probe: %d blocks (one a multiprocessor), %d chunks of %d tokens a call\n", sms,
-           chunks, TOKENS);
-    printf("%-7s %4s %4s %6s %5s %7s %12s %9s %10s %9s %9s\n", "mode", "nw", "dec", "depth", "regs", "smem",
-           "cycles/chunk", "ideal", "efficiency", "us", "TFLOP/s");
-    csv_row("mode,nw,dec,depth,regs,smem,cycles_per_chunk,ideal_cycles,efficiency,us,TFLOPs\n");
+    printf("cuda-wgmma-ws-probe: %d blocks (one a multiprocessor), %d chunks a call\n", sms, chunks);
+    printf("%-5s %4s %7s %6s %4s %6s %5s %7s %12s %6s %10s %9s %9s\n", "mode", "n", "weights", "tokens", "dec",
+           "depth", "regs", "smem", "cycles/chunk", "ideal", "efficiency", "us", "TFLOP/s");
+    csv_row("mode,n,weight_rows,tokens,dec,depth,regs,smem,cycles_per_chunk,ideal_cycles,efficiency,us,TFLOPs\n");
     bool failed = false;
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n_cases; i++) {
@@ -297,8 +336,8 @@ int main(int argc, char **argv) {
             int wrong_host = 0;
             PROBE_TRY(cudaMemcpy(&wrong_host, wrong, sizeof(int), cudaMemcpyDeviceToHost));
             if (wrong_host) {
-                fprintf(stderr, "cuda-wgmma-ws-probe: %s nw = %d dec = %d depth = %d: %d accumulators wrong\n",
-                        mode_names[pc->mode], pc->nw, pc->dec, pc->depth, wrong_host);
+                fprintf(stderr, "cuda-wgmma-ws-probe: %s n = %d dec = %d depth = %d: %d accumulators wrong\n",
+                        pc->mode, pc->n, pc->dec, pc->depth, wrong_host);
                 failed = true;
             }
             if (r < 0) continue;
@@ -308,14 +347,14 @@ int main(int argc, char **argv) {
             PROBE_TRY(cudaMemcpy(cycles_host, cycles, (size_t)sms * sizeof(long long), cudaMemcpyDeviceToHost));
             for (int b = 0; b < sms; b++) chunk_cycles[n_chunk_cycles++] = (double)cycles_host[b] / chunks;
         }
-        const double cyc = median_of(chunk_cycles, n_chunk_cycles), ideal = 4.0 * pc->nw;
+        const double cyc = median_of(chunk_cycles, n_chunk_cycles), ideal = pc->ideal_cycles;
         const double t_us = median_of(us, reps);
-        const double flops = 2.0 * TOKENS * pc->nw * 64 * (double)chunks * sms;
-        printf("%-7s %4d %4d %6d %5d %7d %12.1f %9.0f %9.1f%% %9.1f %9.1f\n", mode_names[pc->mode], pc->nw,
-               pc->dec, pc->depth, attr.numRegs, pc->smem, cyc, ideal, 100.0 * ideal / cyc, t_us,
-               flops / t_us * 1e-6);
-        csv_row("%s,%d,%d,%d,%d,%d,%.1f,%.0f,%.4f,%.2f,%.1f\n", mode_names[pc->mode], pc->nw, pc->dec, pc->depth,
-                attr.numRegs, pc->smem, cyc, ideal, ideal / cyc, t_us, flops / t_us * 1e-6);
+        const double flops = 2.0 * pc->tokens * pc->weight_rows * 64 * (double)chunks * sms;
+        printf("%-5s %4d %7d %6d %4d %6d %5d %7d %12.1f %6.0f %9.1f%% %9.1f %9.1f\n", pc->mode, pc->n,
+               pc->weight_rows, pc->tokens, pc->dec, pc->depth, attr.numRegs, pc->smem, cyc, ideal,
+               100.0 * ideal / cyc, t_us, flops / t_us * 1e-6);
+        csv_row("%s,%d,%d,%d,%d,%d,%d,%d,%.1f,%.0f,%.4f,%.2f,%.1f\n", pc->mode, pc->n, pc->weight_rows, pc->tokens,
+                pc->dec, pc->depth, attr.numRegs, pc->smem, cyc, ideal, ideal / cyc, t_us, flops / t_us * 1e-6);
     }
     if (args.csv_path && moe_out_write_whole(args.csv_path, probe_csv, probe_csv_len, &err)) {
         fprintf(stderr, "cuda-wgmma-ws-probe: %s\n", err.msg);
