@@ -46,6 +46,7 @@
 #include "../cuda_wgmma_tiles.cuh"
 #include "../../../common/out_file.h"
 #include "probe_common.h"
+#include "wgmma_probe_timing.cuh"
 
 #include <cuda_runtime.h>
 
@@ -72,14 +73,6 @@
 
 enum probe_mode { MODE_MMA_DEEP, MODE_MMA, MODE_DECODE, MODE_DECODE_BAR, MODE_DECODE_BAR4, MODE_DECODE3 };
 static const char *const mode_names[] = {"mma-deep", "mma", "decode", "decode-bar", "decode-bar4", "decode3"};
-
-/* A lane word of codes whose eight codes are all 1.0 (E2M1 0b0010: magnitude bit 1). */
-static uint32_t word_of_ones(void) {
-    uint32_t w = 0;
-    for (int j = 0; j < 4; j++)
-        for (int h = 0; h < 2; h++) w |= 1u << moe_wg_code_bit(j, h, 1);
-    return w;
-}
 
 /* Every stage: token values 1.0, codes `code_word`, scale bytes 127 (2^0). */
 __device__ void fill_stages(uint32_t base, uint32_t code_word) {
@@ -177,10 +170,9 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (bad) atomicAdd(wrong, bad);
 }
 
-typedef void (*probe_fn)(int, uint32_t, long long *, int *);
 typedef struct {
     int n, mode;
-    probe_fn fn;
+    wgmma_probe_fn fn;
 } probe_case;
 
 #define CASE(N, MODE) {N, MODE, wgmma_probe_kernel<N, MODE>}
@@ -196,33 +188,13 @@ int main(int argc, char **argv) {
     probe_args args;
     if (probe_parse_args("cuda-wgmma-probe", argc, argv, &args)) return 2;
     const int chunks = args.quick ? QUICK_CHUNKS : CHUNKS, reps = args.quick ? 1 : REPS;
-    moe_error err;
-    int n_devices = 0, major = 0;
-    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0 ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess || major != 9) {
-        fprintf(stderr, "cuda-wgmma-probe: no sm_90 CUDA device\n");
-        return 2;
-    }
-    int sms = 0;
-    PROBE_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    long long *cycles = NULL;
-    int *wrong = NULL;
-    PROBE_TRY(cudaMalloc(&cycles, (size_t)sms * sizeof(long long)));
-    PROBE_TRY(cudaMalloc(&wrong, sizeof(int)));
-    long long *cycles_host = (long long *)malloc((size_t)sms * sizeof(long long));
-    double *round_cycles = (double *)malloc((size_t)sms * reps * sizeof(double));
-    if (!cycles_host || !round_cycles) {
-        fprintf(stderr, "cuda-wgmma-probe: out of host memory\n");
-        return 1;
-    }
-    cudaEvent_t e0, e1;
-    PROBE_TRY(cudaEventCreate(&e0));
-    PROBE_TRY(cudaEventCreate(&e1));
-    const uint32_t code_word = word_of_ones();
+    wgmma_probe_env env;
+    if (wgmma_probe_open(&env, REPS)) return 2;
+    const uint32_t code_word = wgmma_probe_word_of_ones();
 
     printf("cuda-wgmma-probe: %d blocks of %d threads (one a multiprocessor), %d chunks a warpgroup, "
            "%d bytes of shared memory a block\n",
-           sms, THREADS, chunks, SMEM_BYTES);
+           env.sms, THREADS, chunks, SMEM_BYTES);
     printf("%-11s %4s %5s %12s %9s %10s %9s %9s\n", "mode", "n", "regs", "cycles/round", "ideal",
            "efficiency", "us", "TFLOP/s");
     csv_row("mode,n,regs,cycles_per_round,ideal_cycles,efficiency,us,TFLOPs\n");
@@ -230,41 +202,22 @@ int main(int argc, char **argv) {
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     for (int c = 0; c < n_cases; c++) {
         const probe_case *pc = &cases[c];
-        cudaFuncAttributes attr;
-        PROBE_TRY(cudaFuncGetAttributes(&attr, (const void *)pc->fn));
-        PROBE_TRY(cudaFuncSetAttribute((const void *)pc->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
-        double us[REPS];
-        int n_rounds = 0;
         const int case_chunks = pc->mode == MODE_DECODE3 ? chunks / 3 * 3 : chunks; /* whole rounds of sets */
-        for (int r = -1; r < reps; r++) { /* r = -1: the warm-up call */
-            PROBE_TRY(cudaMemset(wrong, 0, sizeof(int)));
-            PROBE_TRY(cudaEventRecord(e0));
-            pc->fn<<<sms, THREADS, SMEM_BYTES>>>(case_chunks, code_word, cycles, wrong);
-            PROBE_TRY(cudaGetLastError());
-            PROBE_TRY(cudaEventRecord(e1));
-            PROBE_TRY(cudaEventSynchronize(e1));
-            int wrong_host = 0;
-            PROBE_TRY(cudaMemcpy(&wrong_host, wrong, sizeof(int), cudaMemcpyDeviceToHost));
-            if (wrong_host) {
-                fprintf(stderr, "cuda-wgmma-probe: %s n = %d: %d accumulators are not %d\n",
-                        mode_names[pc->mode], pc->n, wrong_host, 64 * case_chunks);
-                failed = true;
-            }
-            if (r < 0) continue;
-            float ms = 0;
-            PROBE_TRY(cudaEventElapsedTime(&ms, e0, e1));
-            us[r] = 1000.0 * ms;
-            PROBE_TRY(cudaMemcpy(cycles_host, cycles, (size_t)sms * sizeof(long long), cudaMemcpyDeviceToHost));
-            for (int b = 0; b < sms; b++) round_cycles[n_rounds++] = (double)cycles_host[b] / case_chunks;
-        }
-        const double cyc = median_of(round_cycles, n_rounds), ideal = 8.0 * pc->n;
-        const double t_us = median_of(us, reps);
-        const double flops = 2.0 * 64 * pc->n * 16 * 4 * (double)case_chunks * 4 * sms;
-        printf("%-11s %4d %5d %12.1f %9.0f %9.1f%% %9.1f %9.1f\n", mode_names[pc->mode], pc->n,
-               attr.numRegs, cyc, ideal, 100.0 * ideal / cyc, t_us, flops / t_us * 1e-6);
-        csv_row("%s,%d,%d,%.1f,%.0f,%.4f,%.2f,%.1f\n", mode_names[pc->mode], pc->n, attr.numRegs, cyc,
-                ideal, ideal / cyc, t_us, flops / t_us * 1e-6);
+        char what[64];
+        snprintf(what, sizeof what, "%s n = %d", mode_names[pc->mode], pc->n);
+        double cyc, t_us;
+        int regs;
+        if (!wgmma_probe_time(&env, pc->fn, THREADS, SMEM_BYTES, case_chunks, reps, code_word, what, &cyc, &t_us,
+                              &regs))
+            failed = true;
+        const double ideal = 8.0 * pc->n;
+        const double flops = 2.0 * 64 * pc->n * 16 * 4 * (double)case_chunks * 4 * env.sms;
+        printf("%-11s %4d %5d %12.1f %9.0f %9.1f%% %9.1f %9.1f\n", mode_names[pc->mode], pc->n, regs, cyc,
+               ideal, 100.0 * ideal / cyc, t_us, flops / t_us * 1e-6);
+        csv_row("%s,%d,%d,%.1f,%.0f,%.4f,%.2f,%.1f\n", mode_names[pc->mode], pc->n, regs, cyc, ideal, ideal / cyc,
+                t_us, flops / t_us * 1e-6);
     }
+    moe_error err;
     if (args.csv_path && moe_out_write_whole(args.csv_path, probe_csv, probe_csv_len, &err)) {
         fprintf(stderr, "cuda-wgmma-probe: %s\n", err.msg);
         return 2;

@@ -52,6 +52,7 @@
 #include "../cuda_wgmma_tiles.cuh"
 #include "../../../common/out_file.h"
 #include "probe_common.h"
+#include "wgmma_probe_timing.cuh"
 
 #include <cuda_runtime.h>
 
@@ -256,11 +257,10 @@ __global__ void __launch_bounds__((2 + DEC) * 128, 1)
     if (tid == 0) cycles[blockIdx.x] = t1 - t0;
 }
 
-typedef void (*probe_fn)(int, uint32_t, long long *, int *);
 typedef struct {
     const char *mode;
     int n, dec, depth, weight_rows, tokens, ideal_cycles, smem;
-    probe_fn fn;
+    wgmma_probe_fn fn;
 } probe_case;
 
 #define CASE(NAME, O, N, MODE, DEC, DEPTH)                                                        \
@@ -276,43 +276,15 @@ static const probe_case cases[] = {
     CASE("ws-t", TOKENS_A, 256, MODE_WS, 1, 2),
 };
 
-/* A lane word of codes whose eight codes are all 1.0 (E2M1 0b0010: magnitude bit 1). */
-static uint32_t word_of_ones(void) {
-    uint32_t w = 0;
-    for (int j = 0; j < 4; j++)
-        for (int h = 0; h < 2; h++) w |= 1u << moe_wg_code_bit(j, h, 1);
-    return w;
-}
-
 int main(int argc, char **argv) {
     probe_args args;
     if (probe_parse_args("cuda-wgmma-ws-probe", argc, argv, &args)) return 2;
     const int chunks = args.quick ? QUICK_CHUNKS : CHUNKS, reps = args.quick ? 1 : REPS;
-    moe_error err;
-    int n_devices = 0, major = 0;
-    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0 ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess || major != 9) {
-        fprintf(stderr, "cuda-wgmma-ws-probe: no sm_90 CUDA device\n");
-        return 2;
-    }
-    int sms = 0;
-    PROBE_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    long long *cycles = NULL;
-    int *wrong = NULL;
-    PROBE_TRY(cudaMalloc(&cycles, (size_t)sms * sizeof(long long)));
-    PROBE_TRY(cudaMalloc(&wrong, sizeof(int)));
-    long long *cycles_host = (long long *)malloc((size_t)sms * sizeof(long long));
-    double *chunk_cycles = (double *)malloc((size_t)sms * reps * sizeof(double));
-    if (!cycles_host || !chunk_cycles) {
-        fprintf(stderr, "cuda-wgmma-ws-probe: out of host memory\n");
-        return 1;
-    }
-    cudaEvent_t e0, e1;
-    PROBE_TRY(cudaEventCreate(&e0));
-    PROBE_TRY(cudaEventCreate(&e1));
-    const uint32_t code_word = word_of_ones();
+    wgmma_probe_env env;
+    if (wgmma_probe_open(&env, REPS)) return 2;
+    const uint32_t code_word = wgmma_probe_word_of_ones();
 
-    printf("cuda-wgmma-ws-probe: %d blocks (one a multiprocessor), %d chunks a call\n", sms, chunks);
+    printf("cuda-wgmma-ws-probe: %d blocks (one a multiprocessor), %d chunks a call\n", env.sms, chunks);
     printf("%-5s %4s %7s %6s %4s %6s %5s %7s %12s %6s %10s %9s %9s\n", "mode", "n", "weights", "tokens", "dec",
            "depth", "regs", "smem", "cycles/chunk", "ideal", "efficiency", "us", "TFLOP/s");
     csv_row("mode,n,weight_rows,tokens,dec,depth,regs,smem,cycles_per_chunk,ideal_cycles,efficiency,us,TFLOPs\n");
@@ -320,42 +292,22 @@ int main(int argc, char **argv) {
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n_cases; i++) {
         const probe_case *pc = &cases[i];
-        const int threads = (2 + pc->dec) * 128;
-        cudaFuncAttributes attr;
-        PROBE_TRY(cudaFuncGetAttributes(&attr, (const void *)pc->fn));
-        PROBE_TRY(cudaFuncSetAttribute((const void *)pc->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, pc->smem));
-        double us[REPS];
-        int n_chunk_cycles = 0;
-        for (int r = -1; r < reps; r++) { /* r = -1: the warm-up call */
-            PROBE_TRY(cudaMemset(wrong, 0, sizeof(int)));
-            PROBE_TRY(cudaEventRecord(e0));
-            pc->fn<<<sms, threads, pc->smem>>>(chunks, code_word, cycles, wrong);
-            PROBE_TRY(cudaGetLastError());
-            PROBE_TRY(cudaEventRecord(e1));
-            PROBE_TRY(cudaEventSynchronize(e1));
-            int wrong_host = 0;
-            PROBE_TRY(cudaMemcpy(&wrong_host, wrong, sizeof(int), cudaMemcpyDeviceToHost));
-            if (wrong_host) {
-                fprintf(stderr, "cuda-wgmma-ws-probe: %s n = %d dec = %d depth = %d: %d accumulators wrong\n",
-                        pc->mode, pc->n, pc->dec, pc->depth, wrong_host);
-                failed = true;
-            }
-            if (r < 0) continue;
-            float ms = 0;
-            PROBE_TRY(cudaEventElapsedTime(&ms, e0, e1));
-            us[r] = 1000.0 * ms;
-            PROBE_TRY(cudaMemcpy(cycles_host, cycles, (size_t)sms * sizeof(long long), cudaMemcpyDeviceToHost));
-            for (int b = 0; b < sms; b++) chunk_cycles[n_chunk_cycles++] = (double)cycles_host[b] / chunks;
-        }
-        const double cyc = median_of(chunk_cycles, n_chunk_cycles), ideal = pc->ideal_cycles;
-        const double t_us = median_of(us, reps);
-        const double flops = 2.0 * pc->tokens * pc->weight_rows * 64 * (double)chunks * sms;
+        char what[64];
+        snprintf(what, sizeof what, "%s n = %d dec = %d depth = %d", pc->mode, pc->n, pc->dec, pc->depth);
+        double cyc, t_us;
+        int regs;
+        if (!wgmma_probe_time(&env, pc->fn, (2 + pc->dec) * 128, pc->smem, chunks, reps, code_word, what, &cyc,
+                              &t_us, &regs))
+            failed = true;
+        const double ideal = pc->ideal_cycles;
+        const double flops = 2.0 * pc->tokens * pc->weight_rows * 64 * (double)chunks * env.sms;
         printf("%-5s %4d %7d %6d %4d %6d %5d %7d %12.1f %6.0f %9.1f%% %9.1f %9.1f\n", pc->mode, pc->n,
-               pc->weight_rows, pc->tokens, pc->dec, pc->depth, attr.numRegs, pc->smem, cyc, ideal,
-               100.0 * ideal / cyc, t_us, flops / t_us * 1e-6);
+               pc->weight_rows, pc->tokens, pc->dec, pc->depth, regs, pc->smem, cyc, ideal, 100.0 * ideal / cyc,
+               t_us, flops / t_us * 1e-6);
         csv_row("%s,%d,%d,%d,%d,%d,%d,%d,%.1f,%.0f,%.4f,%.2f,%.1f\n", pc->mode, pc->n, pc->weight_rows, pc->tokens,
-                pc->dec, pc->depth, attr.numRegs, pc->smem, cyc, ideal, ideal / cyc, t_us, flops / t_us * 1e-6);
+                pc->dec, pc->depth, regs, pc->smem, cyc, ideal, ideal / cyc, t_us, flops / t_us * 1e-6);
     }
+    moe_error err;
     if (args.csv_path && moe_out_write_whole(args.csv_path, probe_csv, probe_csv_len, &err)) {
         fprintf(stderr, "cuda-wgmma-ws-probe: %s\n", err.msg);
         return 2;
