@@ -35,6 +35,11 @@
  *     chains do, and by one launch in as many phases with a grid-wide barrier between them
  *     (what a megakernel's dependent step would cost instead); every read, chain and phased
  *     launch is checked to have written every row's out;
+ *   - the bound on the T = 1 layer as one launch: its 183 MB of weights (gate, the six routed
+ *     experts' w13 and w2, the sinks' w13 and w2, as rows of the BIG copies) read by one launch,
+ *     flat, and as parts unlocked by the steps they depend on (gate -> routing -> routed w13 ->
+ *     routed w2; sinks' w13 -> sinks' w2), each warp taking rows of the first unlocked part with
+ *     rows left (layer_read_kernel), the routing taking 0 or LAYER_ROUTE_US;
  *   - beside them, the layer's own cuBLASLt plan for the sinks' GEMM1 (opt/cuda/cuda_lt.cu, bf16
  *     out, the layer's workspace size) planned for each multiprocessor count alone, its out
  *     checked against the same product within a bf16 rounding.
@@ -69,6 +74,7 @@
 #define CHAIN_BLOCKS 1
 #define CHAIN_ROWS 2
 #define LT_WORKSPACE (32u << 20) /* as the layer's (cuda_backend.cu) */
+#define LAYER_ROUTE_US 5.0 /* the routing's time in the layer-shaped read (the front end's routing warp: a few us) */
 
 __device__ __forceinline__ unsigned sm_id(void) {
     unsigned id;
@@ -109,6 +115,36 @@ __device__ __forceinline__ int next_chunk(int *counter, int lane) {
     return __shfl_sync(0xFFFFFFFFu, row, 0);
 }
 
+/* Rows row .. row + ROWS - 1 of w, each lane's pieces asked for in one unrolled sequence, each
+ * row's fold (read) or product with xs (gemv) summed across the warp into out[row + r]. */
+template <bool GEMV, bool HINT, int ROWS>
+__device__ __forceinline__ void read_rows(const uint4 *w, const uint4 *xs, float *out, int row, int lane) {
+    float acc[ROWS];
+    uint32_t fold[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) acc[r] = 0.0f, fold[r] = 0u;
+    uint4 v[ROWS][LANE_PIECES];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++)
+#pragma unroll
+        for (int p = 0; p < LANE_PIECES; p++)
+            v[r][p] = load_once<HINT>(w + (size_t)(row + r) * ROW_PIECES + (size_t)p * 32 + lane);
+#pragma unroll
+    for (int r = 0; r < ROWS; r++)
+#pragma unroll
+        for (int p = 0; p < LANE_PIECES; p++) {
+            if (GEMV) acc[r] = dot8(acc[r], v[r][p], xs[p * 32 + lane]);
+            else fold[r] ^= v[r][p].x ^ v[r][p].y ^ v[r][p].z ^ v[r][p].w;
+        }
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        float s = GEMV ? acc[r] : (float)fold[r];
+#pragma unroll
+        for (int m = 16; m > 0; m /= 2) s += __shfl_xor_sync(0xFFFFFFFFu, s, m);
+        if (lane == 0) out[row + r] = s;
+    }
+}
+
 template <bool GEMV, bool HINT, int WARPS, int ROWS>
 __device__ __forceinline__ void stream_rows(const uint4 *w, const uint4 *x, float *out, int *counter, unsigned n_sms,
                                             int n_rows) {
@@ -121,32 +157,7 @@ __device__ __forceinline__ void stream_rows(const uint4 *w, const uint4 *x, floa
         __syncthreads();
     }
     for (int chunk = next_chunk(counter, lane); chunk < n_rows; chunk = next_chunk(counter, lane))
-        for (int row = chunk; row < chunk + CHUNK; row += ROWS) {
-            float acc[ROWS];
-            uint32_t fold[ROWS];
-#pragma unroll
-            for (int r = 0; r < ROWS; r++) acc[r] = 0.0f, fold[r] = 0u;
-            uint4 v[ROWS][LANE_PIECES];
-#pragma unroll
-            for (int r = 0; r < ROWS; r++)
-#pragma unroll
-                for (int p = 0; p < LANE_PIECES; p++)
-                    v[r][p] = load_once<HINT>(w + (size_t)(row + r) * ROW_PIECES + (size_t)p * 32 + lane);
-#pragma unroll
-            for (int r = 0; r < ROWS; r++)
-#pragma unroll
-                for (int p = 0; p < LANE_PIECES; p++) {
-                    if (GEMV) acc[r] = dot8(acc[r], v[r][p], xs[p * 32 + lane]);
-                    else fold[r] ^= v[r][p].x ^ v[r][p].y ^ v[r][p].z ^ v[r][p].w;
-                }
-#pragma unroll
-            for (int r = 0; r < ROWS; r++) {
-                float s = GEMV ? acc[r] : (float)fold[r];
-#pragma unroll
-                for (int m = 16; m > 0; m /= 2) s += __shfl_xor_sync(0xFFFFFFFFu, s, m);
-                if (lane == 0) out[row + r] = s;
-            }
-        }
+        for (int row = chunk; row < chunk + CHUNK; row += ROWS) read_rows<GEMV, HINT, ROWS>(w, xs, out, row, lane);
 }
 
 template <bool GEMV, bool HINT, int WARPS, int BLOCKS, int ROWS>
@@ -188,6 +199,89 @@ __global__ void __launch_bounds__(WARPS * 32, 1) phased_read_kernel(const uint4 
         stream_rows<false, false, WARPS, ROWS>(w + (size_t)row0 * ROW_PIECES, NULL, out + row0, counters + 2 * l,
                                               0xFFFFFFFFu, rows);
         if (l + 1 < links) grid_barrier(arrived + l);
+    }
+}
+
+/* ---------------------------------------------------------------- the T = 1 layer's reads */
+
+/* The weights one token's layer reads (Inkling-Small, docs/contract.md [floors]), as rows of W's
+ * 8 kB one after the other in the BIG copies: the gate (264 padded rows of 4096 bf16), the six
+ * routed experts' w13 and w2 (MXFP4 with scales: 8.91 and 4.46 MB each), the two sinks' w13 and
+ * w2 (bf16), 183 MB in all. A part is unlocked by the parts it depends on: the routed w13 by the
+ * routing, which starts once the gate is read and takes a set time; the routed w2 by the routed
+ * w13, the sinks' w2 by the sinks' w13 and the routing (their gammas). */
+enum layer_part { PART_GATE, PART_ROUTED_W2, PART_ROUTED_W13, PART_SINK_W2, PART_SINK_W13, N_PARTS };
+__host__ __device__ constexpr int part_rows(int p) {
+    return p == PART_GATE ? 264 : p == PART_ROUTED_W13 ? 6528 : p == PART_ROUTED_W2 ? 3264 : p == PART_SINK_W13 ? 8192 : 4096;
+}
+__host__ __device__ constexpr int part_row0(int p) { /* parts in enum order */
+    return p == 0 ? 0 : part_row0(p - 1) + part_rows(p - 1);
+}
+#define LAYER_ROWS part_row0(N_PARTS)
+/* q: tickets [N_PARTS], rows done [N_PARTS], then the routing's flag; zero before a launch */
+#define Q_DONE N_PARTS
+#define Q_ROUTED (2 * N_PARTS)
+#define Q_INTS (2 * N_PARTS + 1)
+
+__device__ __forceinline__ int load_acquire(const int *p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ bool part_unlocked(const int *q, int p) {
+    switch (p) {
+    case PART_ROUTED_W13: return load_acquire(q + Q_ROUTED) != 0;
+    case PART_ROUTED_W2: return load_acquire(q + Q_DONE + PART_ROUTED_W13) == part_rows(PART_ROUTED_W13);
+    case PART_SINK_W2:
+        return load_acquire(q + Q_DONE + PART_SINK_W13) == part_rows(PART_SINK_W13) && load_acquire(q + Q_ROUTED) != 0;
+    default: return true;
+    }
+}
+/* The layer's reads in one launch: each warp takes CHUNK rows at a time of the first part, in
+ * enum order (the routed chain before the sinks, a later step before an earlier one), that is
+ * unlocked and has rows left; with none, it waits for one. The warp that reads the gate's last
+ * rows plays the routing: it waits route_cycles, then unlocks the routed w13. A warp leaves once
+ * every part's rows are all read. This is the bound on one launch that runs the layer's steps
+ * as dependent parts: only the reads, their order and the steps' dependencies. */
+template <int WARPS, int ROWS>
+__global__ void __launch_bounds__(WARPS * 32, 1) layer_read_kernel(const uint4 *w, float *out, int *q,
+                                                                   long long route_cycles) {
+    const int lane = (int)threadIdx.x % 32;
+    for (;;) {
+        int part = -1, row = 0;
+        if (lane == 0) {
+            bool all_done = true;
+            for (int p = 0; p < N_PARTS && part < 0; p++) {
+                if (load_acquire(q + Q_DONE + p) < part_rows(p)) all_done = false;
+                if (*(volatile int *)(q + p) >= part_rows(p) || !part_unlocked(q, p)) continue;
+                const int r = atomicAdd(q + p, CHUNK);
+                if (r < part_rows(p)) part = p, row = r;
+            }
+            if (part < 0 && all_done) part = N_PARTS; /* leave */
+        }
+        part = __shfl_sync(0xFFFFFFFFu, part, 0);
+        row = __shfl_sync(0xFFFFFFFFu, row, 0);
+        if (part == N_PARTS) return;
+        if (part < 0) {
+            __nanosleep(100);
+            continue;
+        }
+        const int row0 = part_row0(part) + row;
+        for (int r = row0; r < row0 + CHUNK; r += ROWS) read_rows<false, false, ROWS>(w, NULL, out, r, lane);
+        __syncwarp();
+        if (lane == 0) {
+            int before;
+            asm volatile("atom.release.gpu.global.add.s32 %0, [%1], %2;\n"
+                         : "=r"(before)
+                         : "l"(q + Q_DONE + part), "r"(CHUNK)
+                         : "memory");
+            if (part == PART_GATE && before + CHUNK == part_rows(PART_GATE)) { /* the routing */
+                const long long t0 = clock64();
+                while (clock64() - t0 < route_cycles)
+                    ;
+                asm volatile("st.release.gpu.global.b32 [%0], 1;\n" ::"l"(q + Q_ROUTED) : "memory");
+            }
+        }
     }
 }
 
@@ -387,6 +481,25 @@ static double time_phased(int links, int threads, int sms, int pad, const uint4 
         [&] {
             PROBE_TRY(cudaLaunchKernelEx(&cfg, phased_read_kernel<CHAIN_WARPS, CHAIN_ROWS>, w, out, counters,
                                          arrived, links));
+        });
+}
+
+/* median µs of the T = 1 layer's reads by one launch of layer_read_kernel (one block a
+ * multiprocessor), the routing taking route_us; its tickets and counts zeroed first. */
+static double time_layer(double route_us, int threads, int sms, int pad, const uint4 *w, float *out, int *q,
+                         void *flush, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1) {
+    int clock_khz = 0;
+    PROBE_TRY(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    const long long route_cycles = (long long)(route_us * clock_khz / 1e3);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)sms);
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = (size_t)pad;
+    cfg.stream = stream;
+    return median_us(
+        stream, flush, e0, e1, [&] { PROBE_TRY(cudaMemsetAsync(q, 0, Q_INTS * sizeof(int), stream)); },
+        [&] {
+            PROBE_TRY(cudaLaunchKernelEx(&cfg, layer_read_kernel<CHAIN_WARPS, CHAIN_ROWS>, w, out, q, route_cycles));
         });
 }
 
@@ -624,6 +737,35 @@ int main(int argc, char **argv) {
         csv_row("phased-%d,0,%d,1,%d,0,,%d,%.1f,%.2f,%.3f\n", link_counts[j], CHAIN_WARPS, CHAIN_ROWS, sms,
                 bytes / 1e6, phased_us[j], bytes / phased_us[j] * 1e-6);
     }
+    /* the T = 1 layer's 183 MB in one launch: flat, and as dependent parts with the routing
+     * taking 0 and LAYER_ROUTE_US */
+    static_assert(LAYER_ROWS <= BIG * N_ROWS && Q_INTS <= 3 * MAX_LINKS, "the buffers hold the layer's reads");
+    PROBE_TRY(cudaFuncSetAttribute((const void *)layer_read_kernel<CHAIN_WARPS, CHAIN_ROWS>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, chain_pad));
+    const double layer_bytes = (double)LAYER_ROWS * KD * 2;
+    PROBE_TRY(cudaMemset(out, 0xFF, LAYER_ROWS * sizeof(float)));
+    PROBE_TRY(cudaMemset(counter, 0, 2 * sizeof(int)));
+    const double layer_flat_us = time_case(chain_fn, CHAIN_BLOCKS, CHAIN_WARPS * 32, (unsigned)sms, sms, chain_pad,
+                                           LAYER_ROWS, w, x, out, counter, flush, e0, e1);
+    if (!rows_all_written(out, LAYER_ROWS)) {
+        fprintf(stderr, "cuda-stream-probe: the layer's flat read left rows unread\n");
+        wrong = true;
+    }
+    csv_row("layer-flat,0,%d,1,%d,0,,%d,%.1f,%.2f,%.3f\n", CHAIN_WARPS, CHAIN_ROWS, sms, layer_bytes / 1e6,
+            layer_flat_us, layer_bytes / layer_flat_us * 1e-6);
+    const double route_us[2] = {0.0, LAYER_ROUTE_US};
+    double layer_us[2];
+    for (int j = 0; j < 2; j++) {
+        PROBE_TRY(cudaMemset(out, 0xFF, LAYER_ROWS * sizeof(float)));
+        layer_us[j] = time_layer(route_us[j], CHAIN_WARPS * 32, sms, chain_pad, w, out, counter, flush, chain_stream,
+                                 e0, e1);
+        if (!rows_all_written(out, LAYER_ROWS)) {
+            fprintf(stderr, "cuda-stream-probe: the layer's parts (routing %.0f us) left rows unread\n", route_us[j]);
+            wrong = true;
+        }
+        csv_row("layer-parts-route%.0fus,0,%d,1,%d,0,,%d,%.1f,%.2f,%.3f\n", route_us[j], CHAIN_WARPS, CHAIN_ROWS,
+                sms, layer_bytes / 1e6, layer_us[j], layer_bytes / layer_us[j] * 1e-6);
+    }
     PROBE_TRY(cudaStreamDestroy(chain_stream));
     csv_row("empty,0,1,1,0,0,0,%d,0,%.2f,\n", sms, empty_us);
     csv_row("device copy,0,,,,,,%d,%.1f,%.2f,%.3f\n", sms, bytes / 1e6, copy_us, bytes / copy_us * 1e-6);
@@ -680,6 +822,10 @@ int main(int argc, char **argv) {
     printf("W read by one launch (not in a graph) in 1 / 2 / 4 / %d phases, a grid barrier between them, us: "
            "%.1f / %.1f / %.1f / %.1f\n",
            MAX_LINKS, phased_us[0], phased_us[1], phased_us[2], phased_us[3]);
+    printf("the T = 1 layer's reads (%.0f MB: gate, routed w13 and w2, sinks' w13 and w2) by one launch, us: flat "
+           "%.1f (%.2f TB/s); as dependent parts, the routing taking 0 / %.0f us: %.1f / %.1f\n",
+           layer_bytes / 1e6, layer_flat_us, layer_bytes / layer_flat_us * 1e-6, LAYER_ROUTE_US, layer_us[0],
+           layer_us[1]);
     printf("results: %s\n", wrong ? "WRONG"
                                    : "every gemv call equal, within 1e-5 of a double product; cuBLASLt within a "
                                      "bf16 rounding of it; every read and chain wrote, and every bulk call copied, "
