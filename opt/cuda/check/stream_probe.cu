@@ -39,7 +39,8 @@
  *     experts' w13 and w2, the sinks' w13 and w2, as rows of the BIG copies) read by one launch,
  *     flat, and as parts unlocked by the steps they depend on (gate -> routing -> routed w13 ->
  *     routed w2; sinks' w13 -> sinks' w2), each warp taking rows of the first unlocked part with
- *     rows left (layer_read_kernel), the routing taking 0 or LAYER_ROUTE_US;
+ *     rows left (layer_read_kernel), the routing taking 0 or LAYER_ROUTE_US, and with both w2
+ *     parts after both w13 parts (a last step that computes each output row whole);
  *   - beside them, the layer's own cuBLASLt plan for the sinks' GEMM1 (opt/cuda/cuda_lt.cu, bf16
  *     out, the layer's workspace size) planned for each multiprocessor count alone, its out
  *     checked against the same product within a bf16 rounding.
@@ -228,12 +229,16 @@ __device__ __forceinline__ int load_acquire(const int *p) {
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
-__device__ __forceinline__ bool part_unlocked(const int *q, int p) {
+/* JOINT: both w2 parts wait for both w13 parts (and the routing), as a launch whose last step
+ * computes each output row whole, routed and sinks' sums together (the combine inside it). */
+template <bool JOINT> __device__ __forceinline__ bool part_unlocked(const int *q, int p) {
+    const bool routed = load_acquire(q + Q_ROUTED) != 0;
+    const bool routed_w13 = load_acquire(q + Q_DONE + PART_ROUTED_W13) == part_rows(PART_ROUTED_W13);
+    const bool sink_w13 = load_acquire(q + Q_DONE + PART_SINK_W13) == part_rows(PART_SINK_W13);
     switch (p) {
-    case PART_ROUTED_W13: return load_acquire(q + Q_ROUTED) != 0;
-    case PART_ROUTED_W2: return load_acquire(q + Q_DONE + PART_ROUTED_W13) == part_rows(PART_ROUTED_W13);
-    case PART_SINK_W2:
-        return load_acquire(q + Q_DONE + PART_SINK_W13) == part_rows(PART_SINK_W13) && load_acquire(q + Q_ROUTED) != 0;
+    case PART_ROUTED_W13: return routed;
+    case PART_ROUTED_W2: return routed_w13 && (!JOINT || sink_w13);
+    case PART_SINK_W2: return sink_w13 && routed && (!JOINT || routed_w13);
     default: return true;
     }
 }
@@ -243,7 +248,7 @@ __device__ __forceinline__ bool part_unlocked(const int *q, int p) {
  * rows plays the routing: it waits route_cycles, then unlocks the routed w13. A warp leaves once
  * every part's rows are all read. This is the bound on one launch that runs the layer's steps
  * as dependent parts: only the reads, their order and the steps' dependencies. */
-template <int WARPS, int ROWS>
+template <int WARPS, int ROWS, bool JOINT>
 __global__ void __launch_bounds__(WARPS * 32, 1) layer_read_kernel(const uint4 *w, float *out, int *q,
                                                                    long long route_cycles) {
     const int lane = (int)threadIdx.x % 32;
@@ -253,7 +258,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) layer_read_kernel(const uint4 *
             bool all_done = true;
             for (int p = 0; p < N_PARTS && part < 0; p++) {
                 if (load_acquire(q + Q_DONE + p) < part_rows(p)) all_done = false;
-                if (*(volatile int *)(q + p) >= part_rows(p) || !part_unlocked(q, p)) continue;
+                if (*(volatile int *)(q + p) >= part_rows(p) || !part_unlocked<JOINT>(q, p)) continue;
                 const int r = atomicAdd(q + p, CHUNK);
                 if (r < part_rows(p)) part = p, row = r;
             }
@@ -485,8 +490,9 @@ static double time_phased(int links, int threads, int sms, int pad, const uint4 
 }
 
 /* median µs of the T = 1 layer's reads by one launch of layer_read_kernel (one block a
- * multiprocessor), the routing taking route_us; its tickets and counts zeroed first. */
-static double time_layer(double route_us, int threads, int sms, int pad, const uint4 *w, float *out, int *q,
+ * multiprocessor), the routing taking route_us, the w2 parts joint or not (part_unlocked); its
+ * tickets and counts zeroed first. */
+static double time_layer(bool joint, double route_us, int threads, int sms, int pad, const uint4 *w, float *out, int *q,
                          void *flush, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1) {
     int clock_khz = 0;
     PROBE_TRY(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
@@ -499,7 +505,12 @@ static double time_layer(double route_us, int threads, int sms, int pad, const u
     return median_us(
         stream, flush, e0, e1, [&] { PROBE_TRY(cudaMemsetAsync(q, 0, Q_INTS * sizeof(int), stream)); },
         [&] {
-            PROBE_TRY(cudaLaunchKernelEx(&cfg, layer_read_kernel<CHAIN_WARPS, CHAIN_ROWS>, w, out, q, route_cycles));
+            if (joint)
+                PROBE_TRY(cudaLaunchKernelEx(&cfg, layer_read_kernel<CHAIN_WARPS, CHAIN_ROWS, true>, w, out, q,
+                                             route_cycles));
+            else
+                PROBE_TRY(cudaLaunchKernelEx(&cfg, layer_read_kernel<CHAIN_WARPS, CHAIN_ROWS, false>, w, out, q,
+                                             route_cycles));
         });
 }
 
@@ -740,7 +751,9 @@ int main(int argc, char **argv) {
     /* the T = 1 layer's 183 MB in one launch: flat, and as dependent parts with the routing
      * taking 0 and LAYER_ROUTE_US */
     static_assert(LAYER_ROWS <= BIG * N_ROWS && Q_INTS <= 3 * MAX_LINKS, "the buffers hold the layer's reads");
-    PROBE_TRY(cudaFuncSetAttribute((const void *)layer_read_kernel<CHAIN_WARPS, CHAIN_ROWS>,
+    PROBE_TRY(cudaFuncSetAttribute((const void *)layer_read_kernel<CHAIN_WARPS, CHAIN_ROWS, false>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, chain_pad));
+    PROBE_TRY(cudaFuncSetAttribute((const void *)layer_read_kernel<CHAIN_WARPS, CHAIN_ROWS, true>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, chain_pad));
     const double layer_bytes = (double)LAYER_ROWS * KD * 2;
     PROBE_TRY(cudaMemset(out, 0xFF, LAYER_ROWS * sizeof(float)));
@@ -753,18 +766,19 @@ int main(int argc, char **argv) {
     }
     csv_row("layer-flat,0,%d,1,%d,0,,%d,%.1f,%.2f,%.3f\n", CHAIN_WARPS, CHAIN_ROWS, sms, layer_bytes / 1e6,
             layer_flat_us, layer_bytes / layer_flat_us * 1e-6);
-    const double route_us[2] = {0.0, LAYER_ROUTE_US};
-    double layer_us[2];
-    for (int j = 0; j < 2; j++) {
+    const double route_us[3] = {0.0, LAYER_ROUTE_US, LAYER_ROUTE_US};
+    double layer_us[3];
+    for (int j = 0; j < 3; j++) { /* j = 2: the w2 parts joint */
         PROBE_TRY(cudaMemset(out, 0xFF, LAYER_ROWS * sizeof(float)));
-        layer_us[j] = time_layer(route_us[j], CHAIN_WARPS * 32, sms, chain_pad, w, out, counter, flush, chain_stream,
-                                 e0, e1);
+        layer_us[j] = time_layer(j == 2, route_us[j], CHAIN_WARPS * 32, sms, chain_pad, w, out, counter, flush,
+                                 chain_stream, e0, e1);
         if (!rows_all_written(out, LAYER_ROWS)) {
-            fprintf(stderr, "cuda-stream-probe: the layer's parts (routing %.0f us) left rows unread\n", route_us[j]);
+            fprintf(stderr, "cuda-stream-probe: the layer's parts (routing %.0f us%s) left rows unread\n", route_us[j],
+                    j == 2 ? ", joint w2" : "");
             wrong = true;
         }
-        csv_row("layer-parts-route%.0fus,0,%d,1,%d,0,,%d,%.1f,%.2f,%.3f\n", route_us[j], CHAIN_WARPS, CHAIN_ROWS,
-                sms, layer_bytes / 1e6, layer_us[j], layer_bytes / layer_us[j] * 1e-6);
+        csv_row("layer-parts-route%.0fus%s,0,%d,1,%d,0,,%d,%.1f,%.2f,%.3f\n", route_us[j], j == 2 ? "-joint" : "",
+                CHAIN_WARPS, CHAIN_ROWS, sms, layer_bytes / 1e6, layer_us[j], layer_bytes / layer_us[j] * 1e-6);
     }
     PROBE_TRY(cudaStreamDestroy(chain_stream));
     csv_row("empty,0,1,1,0,0,0,%d,0,%.2f,\n", sms, empty_us);
@@ -823,9 +837,10 @@ int main(int argc, char **argv) {
            "%.1f / %.1f / %.1f / %.1f\n",
            MAX_LINKS, phased_us[0], phased_us[1], phased_us[2], phased_us[3]);
     printf("the T = 1 layer's reads (%.0f MB: gate, routed w13 and w2, sinks' w13 and w2) by one launch, us: flat "
-           "%.1f (%.2f TB/s); as dependent parts, the routing taking 0 / %.0f us: %.1f / %.1f\n",
+           "%.1f (%.2f TB/s); as dependent parts, the routing taking 0 / %.0f us: %.1f / %.1f; both w2 after both "
+           "w13: %.1f\n",
            layer_bytes / 1e6, layer_flat_us, layer_bytes / layer_flat_us * 1e-6, LAYER_ROUTE_US, layer_us[0],
-           layer_us[1]);
+           layer_us[1], layer_us[2]);
     printf("results: %s\n", wrong ? "WRONG"
                                    : "every gemv call equal, within 1e-5 of a double product; cuBLASLt within a "
                                      "bf16 rounding of it; every read and chain wrote, and every bulk call copied, "
