@@ -186,15 +186,12 @@ static const probe_case cases[] = {
 
 int main(int argc, char **argv) {
     probe_args args;
-    if (probe_parse_args("cuda-wgmma-probe", argc, argv, &args)) return 2;
-    const int chunks = args.quick ? QUICK_CHUNKS : CHUNKS, reps = args.quick ? 1 : REPS;
     wgmma_probe_env env;
-    if (wgmma_probe_open(&env, REPS)) return 2;
-    const uint32_t code_word = wgmma_probe_word_of_ones();
+    if (wgmma_probe_start("cuda-wgmma-probe", argc, argv, CHUNKS, QUICK_CHUNKS, REPS, &args, &env)) return 2;
 
     printf("cuda-wgmma-probe: %d blocks of %d threads (one a multiprocessor), %d chunks a warpgroup, "
            "%d bytes of shared memory a block\n",
-           env.sms, THREADS, chunks, SMEM_BYTES);
+           env.sms, THREADS, env.chunks, SMEM_BYTES);
     printf("%-11s %4s %5s %12s %9s %10s %9s %9s\n", "mode", "n", "regs", "cycles/round", "ideal",
            "efficiency", "us", "TFLOP/s");
     csv_row("mode,n,regs,cycles_per_round,ideal_cycles,efficiency,us,TFLOPs\n");
@@ -202,12 +199,12 @@ int main(int argc, char **argv) {
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     for (int c = 0; c < n_cases; c++) {
         const probe_case *pc = &cases[c];
-        const int case_chunks = pc->mode == MODE_DECODE3 ? chunks / 3 * 3 : chunks; /* whole rounds of sets */
+        const int case_chunks = pc->mode == MODE_DECODE3 ? env.chunks / 3 * 3 : env.chunks; /* whole rounds of sets */
         char what[64];
         snprintf(what, sizeof what, "%s n = %d", mode_names[pc->mode], pc->n);
         double cyc, t_us;
         int regs;
-        if (!wgmma_probe_time(&env, pc->fn, THREADS, SMEM_BYTES, case_chunks, reps, code_word, what, &cyc, &t_us,
+        if (!wgmma_probe_time(&env, pc->fn, THREADS, SMEM_BYTES, case_chunks, what, &cyc, &t_us,
                               &regs))
             failed = true;
         const double ideal = 8.0 * pc->n;

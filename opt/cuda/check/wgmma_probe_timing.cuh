@@ -20,6 +20,8 @@
 typedef void (*wgmma_probe_fn)(int, uint32_t, long long *, int *);
 
 typedef struct {
+    int chunks, reps;                /* a case's chunks and timed calls (--quick: fewer, one) */
+    uint32_t code_word;              /* wgmma_probe_word_of_ones */
     int sms, max_reps;
     long long *cycles, *cycles_host; /* [sms], device and host */
     int *wrong;                      /* [1] on the device */
@@ -60,14 +62,15 @@ static uint32_t wgmma_probe_word_of_ones(void) {
     return w;
 }
 
-/* One case: a warm-up call, then reps (<= max_reps) timed ones of fn on env->sms blocks of
- * `threads` with `smem` bytes of dynamic shared memory and `chunks` chunks. *cycles_per_chunk:
+/* One case: a warm-up call, then env->reps timed ones of fn on env->sms blocks of `threads`
+ * with `smem` bytes of dynamic shared memory and `chunks` chunks. *cycles_per_chunk:
  * the median over blocks and calls; *us: the median call by events; *regs: the kernel's
  * registers. Returns false, after a line naming `what`, if any call left an accumulator
  * wrong. */
 static bool wgmma_probe_time(wgmma_probe_env *env, wgmma_probe_fn fn, int threads, int smem, int chunks,
-                             int reps, uint32_t code_word, const char *what, double *cycles_per_chunk,
-                             double *us, int *regs) {
+                             const char *what, double *cycles_per_chunk, double *us, int *regs) {
+    int reps = env->reps;
+    const uint32_t code_word = env->code_word;
     cudaFuncAttributes attr;
     PROBE_TRY(cudaFuncGetAttributes(&attr, (const void *)fn));
     PROBE_TRY(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -101,6 +104,17 @@ static bool wgmma_probe_time(wgmma_probe_env *env, wgmma_probe_fn fn, int thread
     *cycles_per_chunk = median_of(env->block_cycles, n);
     *us = median_of(call_us, reps);
     return right;
+}
+
+
+/* The probe's command line (probe_common.h) and device (wgmma_probe_open): env->chunks and
+ * env->reps chunks and reps, or with --quick quick_chunks and one; 0, or 2 once refused. */
+static inline int wgmma_probe_start(const char *prog, int argc, char **argv, int chunks, int quick_chunks, int reps,
+                                    probe_args *args, wgmma_probe_env *env) {
+    if (probe_parse_args(prog, argc, argv, args) || wgmma_probe_open(env, reps)) return 2;
+    env->chunks = args->quick ? quick_chunks : chunks, env->reps = args->quick ? 1 : reps;
+    env->code_word = wgmma_probe_word_of_ones();
+    return 0;
 }
 
 #endif

@@ -278,13 +278,10 @@ static const probe_case cases[] = {
 
 int main(int argc, char **argv) {
     probe_args args;
-    if (probe_parse_args("cuda-wgmma-ws-probe", argc, argv, &args)) return 2;
-    const int chunks = args.quick ? QUICK_CHUNKS : CHUNKS, reps = args.quick ? 1 : REPS;
     wgmma_probe_env env;
-    if (wgmma_probe_open(&env, REPS)) return 2;
-    const uint32_t code_word = wgmma_probe_word_of_ones();
+    if (wgmma_probe_start("cuda-wgmma-ws-probe", argc, argv, CHUNKS, QUICK_CHUNKS, REPS, &args, &env)) return 2;
 
-    printf("cuda-wgmma-ws-probe: %d blocks (one a multiprocessor), %d chunks a call\n", env.sms, chunks);
+    printf("cuda-wgmma-ws-probe: %d blocks (one a multiprocessor), %d chunks a call\n", env.sms, env.chunks);
     printf("%-5s %4s %7s %6s %4s %6s %5s %7s %12s %6s %10s %9s %9s\n", "mode", "n", "weights", "tokens", "dec",
            "depth", "regs", "smem", "cycles/chunk", "ideal", "efficiency", "us", "TFLOP/s");
     csv_row("mode,n,weight_rows,tokens,dec,depth,regs,smem,cycles_per_chunk,ideal_cycles,efficiency,us,TFLOPs\n");
@@ -296,11 +293,11 @@ int main(int argc, char **argv) {
         snprintf(what, sizeof what, "%s n = %d dec = %d depth = %d", pc->mode, pc->n, pc->dec, pc->depth);
         double cyc, t_us;
         int regs;
-        if (!wgmma_probe_time(&env, pc->fn, (2 + pc->dec) * 128, pc->smem, chunks, reps, code_word, what, &cyc,
+        if (!wgmma_probe_time(&env, pc->fn, (2 + pc->dec) * 128, pc->smem, env.chunks, what, &cyc,
                               &t_us, &regs))
             failed = true;
         const double ideal = pc->ideal_cycles;
-        const double flops = 2.0 * pc->tokens * pc->weight_rows * 64 * (double)chunks * env.sms;
+        const double flops = 2.0 * pc->tokens * pc->weight_rows * 64 * (double)env.chunks * env.sms;
         printf("%-5s %4d %7d %6d %4d %6d %5d %7d %12.1f %6.0f %9.1f%% %9.1f %9.1f\n", pc->mode, pc->n,
                pc->weight_rows, pc->tokens, pc->dec, pc->depth, regs, pc->smem, cyc, ideal, 100.0 * ideal / cyc,
                t_us, flops / t_us * 1e-6);
