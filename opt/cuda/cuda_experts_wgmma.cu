@@ -721,7 +721,10 @@ inline wg_chain chain_gemm2(const moe_cuda_experts *ex) {
  * enough blocks to keep every multiprocessor streaming (GEMM2 split too: 23.3 against 25.0 us
  * at T = 1; splitting up to T = 8 was slower there). */
 #define WG_SMALL_CONFIG 3, 1, false, 1, 4, true /* stages, RT, PIPE, KS, CPS, DIRECT */
-#define WG_128_CONFIG 3, 2, true, 1, 2, false
+#ifndef WG_128_STAGES /* (an experiment's knob: NVFLAGS=-DWG_128_STAGES=4) */
+#define WG_128_STAGES 3
+#endif
+#define WG_128_CONFIG WG_128_STAGES, 2, true, 1, 2, false
 #define WG_SPLIT_CONFIG 3, 1, false, MOE_CUDA_WG_SPLIT, 4, true
 
 /* One tier's kernel: bn rows a tile, over a tile table of table_m rows a tile. */
