@@ -89,8 +89,17 @@ namespace {
 template <int BN, int RT, int CPS, bool DIRECT> __host__ __device__ constexpr int wg_stage_bytes() {
     return (CPS * (BN * 128 + (DIRECT ? 0 : RT * (WG_A_BYTES + WG_S_BYTES))) + 1023) / 1024 * 1024;
 }
+/* The register pipeline (not DIRECT) with stages of more than two chunks keeps its chunks in a
+ * ring of STAGES CPS + 1 chunk slots instead of STAGES whole stages: at a barrier, only the
+ * stage's last chunk may still be read by its products, so one chunk slot, not a whole stage,
+ * stays unwritten. All activation slots first (each 1024-byte aligned), then the weight slots
+ * (codes of the RT row tiles, then their scale words). */
+__host__ __device__ constexpr bool wg_ring(int CPS, bool DIRECT) { return !DIRECT && CPS > 2; }
+template <int RT> __host__ __device__ constexpr int wg_ring_w_bytes() { return RT * (WG_A_BYTES + WG_S_BYTES); }
 template <int BN, int RT, int STAGES, int CPS, bool DIRECT> __host__ __device__ constexpr int wg_smem_bytes() {
-    return STAGES * wg_stage_bytes<BN, RT, CPS, DIRECT>() + 1024; /* + alignment of the dynamic base */
+    return (wg_ring(CPS, DIRECT) ? (STAGES * CPS + 1) * (BN * 128 + wg_ring_w_bytes<RT>())
+                                 : STAGES * wg_stage_bytes<BN, RT, CPS, DIRECT>()) +
+           1024; /* + alignment of the dynamic base */
 }
 
 /* Scratch of a reduction split into KS slices (moe_cuda_wgmma_split_floats): each slice's sums
@@ -287,7 +296,9 @@ template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS, boo
 __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
     expert_wgmma_kernel(stream_args p, wg_split split, const uint8_t *two_products, wg_chain chain) {
     static_assert(KS == 1 || RT == 1, "a split reduction takes one row tile a block");
-    static_assert(!PIPE || CPS <= 2, "the register pipeline alternates two sets: stages of one or two chunks");
+    static_assert(!PIPE || CPS <= 2 || CPS % 2 == 0, "the register pipeline alternates two sets: stages of one chunk or pairs");
+    constexpr bool RING = wg_ring(CPS, DIRECT);
+    static_assert(!RING || (BN * 8) % (WG_THREADS * RT) == 0, "a ring copy's place holds no chunk offset");
     static_assert(DIRECT || CPS * WG_S_BYTES / 16 <= WG_THREADS, "one scale copy a thread");
     static_assert(DIRECT != PIPE, "direct weight loads (one register set) or the register pipeline");
     static_assert(!DIRECT || RT == 1, "direct weight loads: one row tile a block");
@@ -334,6 +345,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
 
     constexpr int B_BYTES = BN * 128, STAGE_BYTES = wg_stage_bytes<BN, RT, CPS, DIRECT>();
     constexpr int A_OFF = CPS * B_BYTES, S_OFF = A_OFF + RT * CPS * WG_A_BYTES;
+    constexpr int RING_SLOTS = STAGES * CPS + 1, W_BYTES = wg_ring_w_bytes<RT>(), RING_W_OFF = RING_SLOTS * B_BYTES;
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
     const int my_tile = warp / 8, my_warp = warp % 8; /* row tile within the block, warp in it */
@@ -373,11 +385,24 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
         act_k[i] = real ? WG_KC * j + 8 * c : p.Kdim;
         act_size[i] = real ? 16u : 0u;
     }
-    /* stage slot offsets in the ring, stepped without a division */
-    auto next_slot = [](uint32_t slot) {
-        slot += STAGE_BYTES;
-        return slot == (uint32_t)(STAGES * STAGE_BYTES) ? 0u : slot;
+    /* RING: chunk slot j after slot s0 */
+    auto ring_slot = [](uint32_t s0, int j) {
+        const uint32_t s = s0 + (uint32_t)j;
+        return s >= (uint32_t)RING_SLOTS ? s - (uint32_t)RING_SLOTS : s;
     };
+    /* a stage's slot: its offset in the ring of stages (RING: its first chunk's slot), stepped
+     * without a division */
+    auto next_slot = [&](uint32_t slot) {
+        if constexpr (RING) {
+            return ring_slot(slot, CPS);
+        } else {
+            slot += STAGE_BYTES;
+            return slot == (uint32_t)(STAGES * STAGE_BYTES) ? 0u : slot;
+        }
+    };
+    /* RING: where chunk j of the stage in slot keeps its activations, and its weights */
+    auto ring_act_at = [&](uint32_t slot, int j) { return base + ring_slot(slot, j) * (uint32_t)B_BYTES; };
+    auto ring_w_at = [&](uint32_t slot, int j) { return base + RING_W_OFF + ring_slot(slot, j) * (uint32_t)W_BYTES; };
     auto load_stage = [&](int kc0, uint32_t slot) { /* chunks kc0 .. kc0 + CPS - 1 */
         const uint32_t st = base + slot;
         if (ACT_PIECES % THREADS == 0 && (kc0 + CPS) * WG_KC <= p.Kdim) {
@@ -387,7 +412,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
             for (int i = 0; i < ACT_COPIES; i++) {
                 const int q = act_place(i);
                 const uint16_t *src = act_src[q] + (size_t)kc0 * WG_KC; /* + a constant below */
-                cp_async16_size(st + act_dst[q] + act_chunk(i) * B_BYTES, src + act_chunk(i) * WG_KC, act_size[q]);
+                cp_async16_size((RING ? ring_act_at(slot, act_chunk(i)) : st + act_chunk(i) * B_BYTES) + act_dst[q], src + act_chunk(i) * WG_KC, act_size[q]);
             }
         } else {
 #pragma unroll
@@ -395,11 +420,22 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
                 if (ACT_PIECES % THREADS != 0 && tid + i * THREADS >= ACT_PIECES) break;
                 const int q = act_place(i), more = act_chunk(i);
                 const bool valid = act_k[q] + (kc0 + more) * WG_KC < p.Kdim;
-                cp_async16(st + act_dst[q] + more * B_BYTES, valid ? act_src[q] + (kc0 + more) * WG_KC : p.a_src,
+                cp_async16((RING ? ring_act_at(slot, more) : st + more * B_BYTES) + act_dst[q], valid ? act_src[q] + (kc0 + more) * WG_KC : p.a_src,
                            valid);
             }
         }
-        if (!DIRECT) { /* a row tile past the matrix reads row tile 0's chunks, zero-filled */
+        if constexpr (RING) { /* as below, each chunk to its own slot */
+            const bool whole = kc0 + CPS <= kc_end;
+#pragma unroll
+            for (int j = 0; j < CPS; j++)
+                if (whole || kc0 + j < kc_end)
+                    cp_async16(ring_w_at(slot, j) + copy_tile * WG_A_BYTES + copy_idx * 16,
+                               codes + (size_t)(kc0 + j) * WG_A_BYTES, copy_real);
+            if (scale_chunk < CPS && (whole || kc0 + scale_chunk < kc_end))
+                cp_async16(ring_w_at(slot, scale_chunk) + RT * WG_A_BYTES + copy_tile * WG_S_BYTES +
+                               copy_idx % (WG_S_BYTES / 16) * 16,
+                           scales + (size_t)kc0 * WG_S_BYTES, copy_real);
+        } else if (!DIRECT) { /* a row tile past the matrix reads row tile 0's chunks, zero-filled */
             const bool whole = kc0 + CPS <= kc_end;
 #pragma unroll
             for (int j = 0; j < CPS; j++)
@@ -446,7 +482,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
     /* Stage st's slot is refilled LOOKAHEAD stages later, after a barrier that every thread
      * reaches only once its wgmmas of stage st are done (all of them: PIPE waits for all but
      * the last group, so one stage more stays unwritten). */
-    constexpr int LOOKAHEAD = PIPE ? STAGES - 2 : STAGES - 1;
+    constexpr int LOOKAHEAD = PIPE && !RING ? STAGES - 2 : STAGES - 1;
     uint32_t slot = 0, load_slot = 0;
 #pragma unroll
     for (int s = 0; s < LOOKAHEAD; s++) {
@@ -601,6 +637,48 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
                 slot = next_slot(slot);
             }
         }
+    } else if constexpr (RING) {
+        /* as below, a stage's chunks taken in pairs, each chunk from its slot in the ring, its
+         * scale word read with it; the barrier (begin_stage) once per CPS chunks */
+        with_mma_cols<BN>(n_cols, [&](auto cols) {
+            constexpr int N = decltype(cols)::value;
+            auto scale_word = [&](uint32_t s, int kc) {
+                uint32_t w = 0x7F7F7F7Fu;
+                if (kc < kc_end)
+                    asm volatile("ld.shared.u32 %0, [%1];\n"
+                                 : "=r"(w)
+                                 : "r"(ring_w_at(s, 0) + RT * WG_A_BYTES + my_tile * WG_S_BYTES + (my_warp * 8 + g) * 4)
+                                 : "memory");
+                return w;
+            };
+            auto decode_mma = [&](uint32_t s, uint32_t w, uint32_t (&a)[4][4]) {
+                decode_chunk_at(ring_w_at(s, 0) + my_tile * WG_A_BYTES + (my_warp * 32 + lane) * 16, w, two, a);
+                wgmma_fence();
+                wgmma_steps<N>(acc, a, smem_desc_sw128(ring_act_at(s, 0)));
+                wgmma_commit();
+            };
+            uint32_t a0[4][4], a1[4][4];
+            for (int i = 0; i < n_chunks; i += CPS) {
+                begin_stage(i / CPS);
+#pragma unroll 1
+                for (int j = 0; j < CPS; j += 2) {
+                    if (i + j >= n_chunks) break;
+                    const uint32_t s0 = ring_slot(slot, j), s1 = ring_slot(slot, j + 1);
+                    const uint32_t w0 = scale_word(s0, kc_begin + i + j), w1 = scale_word(s1, kc_begin + i + j + 1);
+                    decode_mma(s0, w0, a0);
+                    wgmma_wait_one();
+                    keep_regs(a1);
+                    if (i + j + 1 >= n_chunks) break;
+                    decode_mma(s1, w1, a1);
+                    wgmma_wait_one();
+                    keep_regs(a0);
+                }
+                slot = next_slot(slot);
+            }
+            wgmma_wait_all();
+            keep_regs(a0);
+            keep_regs(a1);
+        });
     } else {
         /* chunks i and i + 1 in register sets a0 and a1; with CPS = 1 each opens a stage, with
          * CPS = 2 they are one stage. The loop is compiled once per n (with_mma_cols), so that a
@@ -721,10 +799,13 @@ inline wg_chain chain_gemm2(const moe_cuda_experts *ex) {
  * enough blocks to keep every multiprocessor streaming (GEMM2 split too: 23.3 against 25.0 us
  * at T = 1; splitting up to T = 8 was slower there). */
 #define WG_SMALL_CONFIG 3, 1, false, 1, 4, true /* stages, RT, PIPE, KS, CPS, DIRECT */
-#ifndef WG_128_STAGES /* (an experiment's knob: NVFLAGS=-DWG_128_STAGES=4) */
+#ifndef WG_128_STAGES /* (an experiment's knobs: NVFLAGS=-DWG_128_STAGES=4, or 2 with -DWG_128_CPS=4) */
 #define WG_128_STAGES 3
 #endif
-#define WG_128_CONFIG WG_128_STAGES, 2, true, 1, 2, false
+#ifndef WG_128_CPS
+#define WG_128_CPS 2
+#endif
+#define WG_128_CONFIG WG_128_STAGES, 2, true, 1, WG_128_CPS, false
 #define WG_SPLIT_CONFIG 3, 1, false, MOE_CUDA_WG_SPLIT, 4, true
 
 /* One tier's kernel: bn rows a tile, over a tile table of table_m rows a tile. */
