@@ -31,7 +31,9 @@
  *     64-value chunks each (rows past the tile or values past Kdim zero-filled), in the
  *     128-byte swizzle that the wgmma descriptor names; the weights of 16- and 32-row tiles go
  *     from global memory straight to each lane's registers (DIRECT), those of 128-row tiles
- *     through the same stages as the activations;
+ *     through the same stages as the activations; stages of more than two chunks (the 128-row
+ *     tiles' knob WG_128_CPS) keep their chunks in a ring of chunk slots (wg_ring), so that the
+ *     block barrier comes once per four chunks within the shared memory of four stages of two;
  *   - the DIRECT tiles are issue-bound, so every instruction of their loop counts. A stage
  *     whose chunks and their next chunks all exist (all but the last one or two) runs unrolled,
  *     without bound tests, on one descriptor and running pointers, with the choice of one or
