@@ -31,9 +31,8 @@
  *     64-value chunks each (rows past the tile or values past Kdim zero-filled), in the
  *     128-byte swizzle that the wgmma descriptor names; the weights of 16- and 32-row tiles go
  *     from global memory straight to each lane's registers (DIRECT), those of 128-row tiles
- *     through the same stages as the activations; stages of more than two chunks (the 128-row
- *     tiles' knob WG_128_CPS) keep their chunks in a ring of chunk slots (wg_ring), so that the
- *     block barrier comes once per four chunks within the shared memory of four stages of two;
+ *     through a ring of chunk slots (wg_smem_bytes), two stages of four chunks and one chunk
+ *     more, so that the block barrier comes once per four chunks;
  *   - the DIRECT tiles are issue-bound, so every instruction of their loop counts. A stage
  *     whose chunks and their next chunks all exist (all but the last one or two) runs unrolled,
  *     without bound tests, on one descriptor and running pointers, with the choice of one or
@@ -85,22 +84,19 @@ namespace {
 
 /* ---------------------------------------------------------------- the kernel */
 
-/* Bytes of one pipeline stage of CPS chunks: per chunk BN activation rows of WG_KC bf16 (128
- * bytes, swizzled), then (unless DIRECT) the codes of RT row tiles by CPS chunks, then their
- * scale words; 1024-byte aligned, as the swizzle needs. */
-template <int BN, int RT, int CPS, bool DIRECT> __host__ __device__ constexpr int wg_stage_bytes() {
-    return (CPS * (BN * 128 + (DIRECT ? 0 : RT * (WG_A_BYTES + WG_S_BYTES))) + 1023) / 1024 * 1024;
+/* DIRECT: bytes of one pipeline stage of CPS chunks, each BN activation rows of WG_KC bf16 (128
+ * bytes, swizzled); 1024-byte aligned, as the swizzle needs. */
+template <int BN, int CPS> __host__ __device__ constexpr int wg_stage_bytes() {
+    return (CPS * BN * 128 + 1023) / 1024 * 1024;
 }
-/* The register pipeline (not DIRECT) with stages of more than two chunks keeps its chunks in a
- * ring of STAGES CPS + 1 chunk slots instead of STAGES whole stages: at a barrier, only the
- * stage's last chunk may still be read by its products, so one chunk slot, not a whole stage,
- * stays unwritten. All activation slots first (each 1024-byte aligned), then the weight slots
- * (codes of the RT row tiles, then their scale words). */
-__host__ __device__ constexpr bool wg_ring(int CPS, bool DIRECT) { return !DIRECT && CPS > 2; }
+/* The register pipeline (not DIRECT) keeps its chunks in a ring of STAGES CPS + 1 chunk slots:
+ * at a barrier only the stage's last chunk may still be read by its products, so one chunk
+ * slot, not a whole stage, stays unwritten. The activation slots first (BN rows of 128 bytes
+ * each, 1024-byte aligned), then the weight slots (the codes of RT row tiles, then their scale
+ * words). */
 template <int RT> __host__ __device__ constexpr int wg_ring_w_bytes() { return RT * (WG_A_BYTES + WG_S_BYTES); }
 template <int BN, int RT, int STAGES, int CPS, bool DIRECT> __host__ __device__ constexpr int wg_smem_bytes() {
-    return (wg_ring(CPS, DIRECT) ? (STAGES * CPS + 1) * (BN * 128 + wg_ring_w_bytes<RT>())
-                                 : STAGES * wg_stage_bytes<BN, RT, CPS, DIRECT>()) +
+    return (DIRECT ? STAGES * wg_stage_bytes<BN, CPS>() : (STAGES * CPS + 1) * (BN * 128 + wg_ring_w_bytes<RT>())) +
            1024; /* + alignment of the dynamic base */
 }
 
@@ -290,17 +286,17 @@ __device__ __forceinline__ bool store_tile(const stream_args &p, wg_split split,
  *   DIRECT (one row tile a block): each lane loads its own codes and scale word into registers
  *       one chunk ahead, from L2, which one thread asks for WG_L2_AHEAD chunks ahead; products
  *       wait before the next chunk is decoded;
- *   PIPE: the block copies the codes and scale words into the stage with the activations, and
- *       decodes them into two register sets in turn, waiting for all groups but one after each
- *       chunk, so that a chunk's products run beside the next chunk's decode (the loop is
- *       compiled once per n: an n chosen a chunk at a time adds an empty group, wgmma_chunk). */
+ *   PIPE: the block copies each chunk's codes and scale words with its activations into its
+ *       slot of the ring (wg_smem_bytes), and decodes the chunks into two register sets in
+ *       turn, waiting for all groups but one after each chunk, so that a chunk's products run
+ *       beside the next chunk's decode (the loop is compiled once per n: an n chosen a chunk at
+ *       a time adds an empty group, wgmma_chunk). */
 template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS, bool DIRECT>
 __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
     expert_wgmma_kernel(stream_args p, wg_split split, const uint8_t *two_products, wg_chain chain) {
     static_assert(KS == 1 || RT == 1, "a split reduction takes one row tile a block");
-    static_assert(!PIPE || CPS <= 2 || CPS % 2 == 0, "the register pipeline alternates two sets: stages of one chunk or pairs");
-    constexpr bool RING = wg_ring(CPS, DIRECT);
-    static_assert(!RING || (BN * 8) % (WG_THREADS * RT) == 0, "a ring copy's place holds no chunk offset");
+    static_assert(!PIPE || CPS % 2 == 0, "the register pipeline alternates two sets: a stage's chunks in pairs");
+    static_assert(!PIPE || (BN * 8) % (WG_THREADS * RT) == 0, "a ring copy's place holds no chunk offset");
     static_assert(DIRECT || CPS * WG_S_BYTES / 16 <= WG_THREADS, "one scale copy a thread");
     static_assert(DIRECT != PIPE, "direct weight loads (one register set) or the register pipeline");
     static_assert(!DIRECT || RT == 1, "direct weight loads: one row tile a block");
@@ -345,8 +341,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
     if ((int)threadIdx.x < BN) tok_row[threadIdx.x] = row_src[threadIdx.x] / p.a_row_div;
     __syncthreads();
 
-    constexpr int B_BYTES = BN * 128, STAGE_BYTES = wg_stage_bytes<BN, RT, CPS, DIRECT>();
-    constexpr int A_OFF = CPS * B_BYTES, S_OFF = A_OFF + RT * CPS * WG_A_BYTES;
+    constexpr int B_BYTES = BN * 128, STAGE_BYTES = wg_stage_bytes<BN, CPS>();
     constexpr int RING_SLOTS = STAGES * CPS + 1, W_BYTES = wg_ring_w_bytes<RT>(), RING_W_OFF = RING_SLOTS * B_BYTES;
     const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
@@ -387,22 +382,22 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
         act_k[i] = real ? WG_KC * j + 8 * c : p.Kdim;
         act_size[i] = real ? 16u : 0u;
     }
-    /* RING: chunk slot j after slot s0 */
+    /* PIPE: chunk slot j after slot s0 */
     auto ring_slot = [](uint32_t s0, int j) {
         const uint32_t s = s0 + (uint32_t)j;
         return s >= (uint32_t)RING_SLOTS ? s - (uint32_t)RING_SLOTS : s;
     };
-    /* a stage's slot: its offset in the ring of stages (RING: its first chunk's slot), stepped
+    /* a stage's slot: its offset in the ring of stages (PIPE: its first chunk's slot), stepped
      * without a division */
     auto next_slot = [&](uint32_t slot) {
-        if constexpr (RING) {
+        if constexpr (PIPE) {
             return ring_slot(slot, CPS);
         } else {
             slot += STAGE_BYTES;
             return slot == (uint32_t)(STAGES * STAGE_BYTES) ? 0u : slot;
         }
     };
-    /* RING: where chunk j of the stage in slot keeps its activations, and its weights */
+    /* PIPE: where chunk j of the stage in slot keeps its activations, and its weights */
     auto ring_act_at = [&](uint32_t slot, int j) { return base + ring_slot(slot, j) * (uint32_t)B_BYTES; };
     auto ring_w_at = [&](uint32_t slot, int j) { return base + RING_W_OFF + ring_slot(slot, j) * (uint32_t)W_BYTES; };
     auto load_stage = [&](int kc0, uint32_t slot) { /* chunks kc0 .. kc0 + CPS - 1 */
@@ -414,7 +409,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
             for (int i = 0; i < ACT_COPIES; i++) {
                 const int q = act_place(i);
                 const uint16_t *src = act_src[q] + (size_t)kc0 * WG_KC; /* + a constant below */
-                cp_async16_size((RING ? ring_act_at(slot, act_chunk(i)) : st + act_chunk(i) * B_BYTES) + act_dst[q], src + act_chunk(i) * WG_KC, act_size[q]);
+                cp_async16_size((PIPE ? ring_act_at(slot, act_chunk(i)) : st + act_chunk(i) * B_BYTES) + act_dst[q], src + act_chunk(i) * WG_KC, act_size[q]);
             }
         } else {
 #pragma unroll
@@ -422,11 +417,11 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
                 if (ACT_PIECES % THREADS != 0 && tid + i * THREADS >= ACT_PIECES) break;
                 const int q = act_place(i), more = act_chunk(i);
                 const bool valid = act_k[q] + (kc0 + more) * WG_KC < p.Kdim;
-                cp_async16((RING ? ring_act_at(slot, more) : st + more * B_BYTES) + act_dst[q], valid ? act_src[q] + (kc0 + more) * WG_KC : p.a_src,
+                cp_async16((PIPE ? ring_act_at(slot, more) : st + more * B_BYTES) + act_dst[q], valid ? act_src[q] + (kc0 + more) * WG_KC : p.a_src,
                            valid);
             }
         }
-        if constexpr (RING) { /* as below, each chunk to its own slot */
+        if constexpr (PIPE) { /* a row tile past the matrix reads row tile 0's chunks, zero-filled */
             const bool whole = kc0 + CPS <= kc_end;
 #pragma unroll
             for (int j = 0; j < CPS; j++)
@@ -437,35 +432,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
                 cp_async16(ring_w_at(slot, scale_chunk) + RT * WG_A_BYTES + copy_tile * WG_S_BYTES +
                                copy_idx % (WG_S_BYTES / 16) * 16,
                            scales + (size_t)kc0 * WG_S_BYTES, copy_real);
-        } else if (!DIRECT) { /* a row tile past the matrix reads row tile 0's chunks, zero-filled */
-            const bool whole = kc0 + CPS <= kc_end;
-#pragma unroll
-            for (int j = 0; j < CPS; j++)
-                if (whole || kc0 + j < kc_end)
-                    cp_async16(st + A_OFF + (copy_tile * CPS + j) * WG_A_BYTES + copy_idx * 16,
-                               codes + (size_t)(kc0 + j) * WG_A_BYTES, copy_real);
-            if (scale_chunk < CPS && (whole || kc0 + scale_chunk < kc_end))
-                cp_async16(st + S_OFF + copy_tile * CPS * WG_S_BYTES + copy_idx * 16,
-                           scales + (size_t)kc0 * WG_S_BYTES, copy_real);
         }
-    };
-    /* The scale words of this lane's row pair for the stage's real chunks. */
-    auto stage_scales = [&](int kc0, uint32_t slot, uint32_t (&sw)[CPS]) {
-#pragma unroll
-        for (int j = 0; j < CPS; j++) {
-            sw[j] = 0x7F7F7F7Fu;
-            if (kc0 + j >= kc_end) continue;
-            asm volatile("ld.shared.u32 %0, [%1];\n"
-                         : "=r"(sw[j])
-                         : "r"(base + slot + S_OFF + (my_tile * CPS + j) * WG_S_BYTES + (my_warp * 8 + g) * 4)
-                         : "memory");
-        }
-    };
-    /* this warp's A fragments of the stage's chunk j, decoded and scaled by sw (its scale word):
-     * bytes 0, 1 (rows g, g + 8) for steps 0, 1; bytes 2, 3 for steps 2, 3 */
-    auto decode_chunk = [&](uint32_t slot, int j, uint32_t sw, bool two, uint32_t (&a)[4][4]) {
-        decode_chunk_at(base + slot + A_OFF + (my_tile * CPS + j) * WG_A_BYTES + (my_warp * 32 + lane) * 16,
-                        sw, two, a);
     };
     float acc[BN / 2];
 #pragma unroll
@@ -482,9 +449,9 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
     };
 
     /* Stage st's slot is refilled LOOKAHEAD stages later, after a barrier that every thread
-     * reaches only once its wgmmas of stage st are done (all of them: PIPE waits for all but
-     * the last group, so one stage more stays unwritten). */
-    constexpr int LOOKAHEAD = PIPE && !RING ? STAGES - 2 : STAGES - 1;
+     * reaches only once its wgmmas of stage st are done (PIPE waits for all but the last group:
+     * that chunk's slot is the ring's one more). */
+    constexpr int LOOKAHEAD = STAGES - 1;
     uint32_t slot = 0, load_slot = 0;
 #pragma unroll
     for (int s = 0; s < LOOKAHEAD; s++) {
@@ -500,7 +467,6 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
         cp_async_commit();
         load_slot = next_slot(load_slot);
     };
-    uint32_t sw[CPS];
     if (DIRECT) {
         /* Each lane reads its own 16 code bytes and scale word of a chunk straight into
          * registers, one chunk ahead of their decode (two for 16-row tiles), from L2: one
@@ -639,9 +605,13 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
                 slot = next_slot(slot);
             }
         }
-    } else if constexpr (RING) {
-        /* as below, a stage's chunks taken in pairs, each chunk from its slot in the ring, its
-         * scale word read with it; the barrier (begin_stage) once per CPS chunks */
+    } else {
+        /* a stage's chunks in pairs, chunk i + j in register set a0 and i + j + 1 in a1, each read
+         * from its slot in the ring with its scale word; the barrier (begin_stage) once per CPS
+         * chunks. The loop is compiled once per n (with_mma_cols), so that a chunk is exactly one
+         * wgmma group and "all but one" lets its products run beside the next chunk's decode: 12 %
+         * off GEMM1 at T = 4096 against choosing n a chunk at a time (docs/perf-cuda.md, seventh
+         * run) */
         with_mma_cols<BN>(n_cols, [&](auto cols) {
             constexpr int N = decltype(cols)::value;
             auto scale_word = [&](uint32_t s, int kc) {
@@ -675,43 +645,6 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
                     wgmma_wait_one();
                     keep_regs(a0);
                 }
-                slot = next_slot(slot);
-            }
-            wgmma_wait_all();
-            keep_regs(a0);
-            keep_regs(a1);
-        });
-    } else {
-        /* chunks i and i + 1 in register sets a0 and a1; with CPS = 1 each opens a stage, with
-         * CPS = 2 they are one stage. The loop is compiled once per n (with_mma_cols), so that a
-         * chunk is exactly one wgmma group and "all but one" lets its products run beside the
-         * next chunk's decode: 12 % off GEMM1 at T = 4096 against choosing n a chunk at a time
-         * (docs/perf-cuda.md, seventh run) */
-        with_mma_cols<BN>(n_cols, [&](auto cols) {
-            constexpr int N = decltype(cols)::value;
-            auto mma = [&](uint32_t sl, int j, uint32_t (&a)[4][4]) {
-                wgmma_fence();
-                wgmma_steps<N>(acc, a, smem_desc_sw128(base + sl + (uint32_t)(j * B_BYTES)));
-                wgmma_commit();
-            };
-            uint32_t a0[4][4], a1[4][4];
-            for (int i = 0; i < n_chunks; i += 2) {
-                begin_stage(i / CPS);
-                stage_scales(kc_begin + i, slot, sw);
-                decode_chunk(slot, 0, sw[0], two, a0);
-                mma(slot, 0, a0);
-                wgmma_wait_one();
-                keep_regs(a1);
-                if (i + 1 >= n_chunks) break;
-                if (CPS == 1) {
-                    slot = next_slot(slot);
-                    begin_stage(i + 1);
-                    stage_scales(kc_begin + i + 1, slot, sw);
-                }
-                decode_chunk(slot, CPS - 1, sw[CPS - 1], two, a1);
-                mma(slot, CPS - 1, a1);
-                wgmma_wait_one();
-                keep_regs(a0);
                 slot = next_slot(slot);
             }
             wgmma_wait_all();
@@ -797,15 +730,19 @@ inline wg_chain chain_gemm2(const moe_cuda_experts *ex) {
  * layer at T = 4096), three stages of them (4554.1 and 4552.8 against 4591.7 and 4584.8 us
  * with four; one row tile a block at two blocks a multiprocessor, four or five stages of one
  * chunk, 4703-4718; a 256-row tile of two warpgroups, 43 % slower in GEMM1 at T = 4096,
- * docs/perf-cuda.md, twenty-seventh run). The split reduction gives a few tokens' few tiles
- * enough blocks to keep every multiprocessor streaming (GEMM2 split too: 23.3 against 25.0 us
- * at T = 1; splitting up to T = 8 was slower there). */
+ * docs/perf-cuda.md, twenty-seventh run); two stages of four chunks in the ring of nine chunk
+ * slots, a barrier every four chunks (on an H100: the layer 0.9 % faster at T = 1500, 1862.0-
+ * 1878.0 us against 1883.2-1888.9, and 0.1 % at T = 4096, 3517.7-3526.6 against 3518.3-3540.8,
+ * five rounds; four whole stages of two, on an H200, 0.5-0.9 %; docs/perf-cuda.md, thirty-fourth
+ * and thirty-fifth runs). The split reduction gives a few tokens' few tiles enough blocks to
+ * keep every multiprocessor streaming (GEMM2 split too: 23.3 against 25.0 us at T = 1;
+ * splitting up to T = 8 was slower there). */
 #define WG_SMALL_CONFIG 3, 1, false, 1, 4, true /* stages, RT, PIPE, KS, CPS, DIRECT */
-#ifndef WG_128_STAGES /* (an experiment's knobs: NVFLAGS=-DWG_128_STAGES=4, or 2 with -DWG_128_CPS=4) */
-#define WG_128_STAGES 3
+#ifndef WG_128_STAGES /* (an experiment's knobs, NVFLAGS=-DWG_128_STAGES=3 -DWG_128_CPS=2: a ring of seven) */
+#define WG_128_STAGES 2
 #endif
 #ifndef WG_128_CPS
-#define WG_128_CPS 2
+#define WG_128_CPS 4
 #endif
 #define WG_128_CONFIG WG_128_STAGES, 2, true, 1, WG_128_CPS, false
 #define WG_SPLIT_CONFIG 3, 1, false, MOE_CUDA_WG_SPLIT, 4, true
