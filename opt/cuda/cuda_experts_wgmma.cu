@@ -734,7 +734,11 @@ inline wg_chain chain_gemm2(const moe_cuda_experts *ex) {
  * slots, a barrier every four chunks (on an H100: the layer 0.9 % faster at T = 1500, 1862.0-
  * 1878.0 us against 1883.2-1888.9, and 0.1 % at T = 4096, 3517.7-3526.6 against 3518.3-3540.8,
  * five rounds; four whole stages of two, on an H200, 0.5-0.9 %; docs/perf-cuda.md, thirty-fourth
- * and thirty-fifth runs). The split reduction gives a few tokens' few tiles enough blocks to
+ * and thirty-fifth runs). A 128-row block's row tiles stay one group: two or four groups of
+ * them taken in turn, to pay a block's start once, were 6-15 % slower at T = 4096 (a group's
+ * second pass over the tile's activation rows reads them from DRAM; GEMM1 with a shape of its
+ * own, or the first stage copied a chunk at a time, 1.3-1.8 % slower; docs/perf-cuda.md,
+ * thirty-sixth run). The split reduction gives a few tokens' few tiles enough blocks to
  * keep every multiprocessor streaming (GEMM2 split too: 23.3 against 25.0 us at T = 1;
  * splitting up to T = 8 was slower there). */
 #define WG_SMALL_CONFIG 3, 1, false, 1, 4, true /* stages, RT, PIPE, KS, CPS, DIRECT */
