@@ -42,8 +42,9 @@
  *     92 and 102 three runs before (docs/perf-cuda.md, seventeenth to nineteenth runs);
  *   - KS > 1 (a few tokens): block ks of a tile takes chunks [ks n/KS, (ks+1) n/KS) and the
  *     last block to finish adds the KS slices' sums in slice order;
- *   - wgmma's n is the tile's real rows rounded up to 16 (wg_mma_cols), not BN: 3 % off the
- *     GEMMs at T = 512 and 4096, where tiles hold 12 of 32 and 96 of 128 rows on average. The
+ *   - wgmma's n is the tile's real rows rounded up to 16 (wg_mma_cols; 8 for 32-row tiles), not
+ *     BN: 3 % off the GEMMs at T = 512 and 4096, where tiles hold 12 of 32 and 96 of 128 rows
+ *     on average, and n = 24 another 0.7 % off the layer at T = 512. The
  *     128-row tiles' chunk loop is compiled once per n (with_mma_cols), so that a chunk's
  *     products stay in flight while the next chunk is decoded (12 % off GEMM1 at T = 4096);
  *   - an expert's last tile is mostly empty under a skewed routing, so the kernels come in

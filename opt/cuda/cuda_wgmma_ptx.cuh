@@ -76,6 +76,7 @@ template <int N> __device__ __forceinline__ void wgmma_bf16(float *d, const uint
 #define WG_D48 WG_D40 ",%40,%41,%42,%43,%44,%45,%46,%47"
 #define WG_D56 WG_D48 ",%48,%49,%50,%51,%52,%53,%54,%55"
 #define WG_D64 WG_D56 ",%56,%57,%58,%59,%60,%61,%62,%63"
+#define WG_ACC4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define WG_A16 WG_ACC8(0)
 #define WG_A32 WG_A16, WG_ACC8(8)
 #define WG_A48 WG_A32, WG_ACC8(16)
@@ -85,6 +86,7 @@ template <int N> __device__ __forceinline__ void wgmma_bf16(float *d, const uint
 #define WG_A112 WG_A96, WG_ACC8(48)
 #define WG_A128 WG_A112, WG_ACC8(56)
 WG_DEFINE_WGMMA(16, WG_D8, "%8,%9,%10,%11", "%12", "%13", WG_A16)
+WG_DEFINE_WGMMA(24, WG_D8 ",%8,%9,%10,%11", "%12,%13,%14,%15", "%16", "%17", WG_A16, WG_ACC4(8))
 WG_DEFINE_WGMMA(32, WG_D16, "%16,%17,%18,%19", "%20", "%21", WG_A32)
 WG_DEFINE_WGMMA(48, WG_D24, "%24,%25,%26,%27", "%28", "%29", WG_A48)
 WG_DEFINE_WGMMA(64, WG_D32, "%32,%33,%34,%35", "%36", "%37", WG_A64)
@@ -94,9 +96,12 @@ WG_DEFINE_WGMMA(112, WG_D56, "%56,%57,%58,%59", "%60", "%61", WG_A112)
 WG_DEFINE_WGMMA(128, WG_D64, "%64,%65,%66,%67", "%68", "%69", WG_A128)
 
 /* The columns wgmma multiplies for a tile of BN columns of which `rows` are real: the narrowest
- * n in steps of 16 that holds them, so the tensor cores and shared-memory reads skip padding. */
+ * n that holds them, so the tensor cores and shared-memory reads skip padding. Steps of 8 for
+ * 32-row tiles (n = 24: T = 512 0.7 % faster), of 16 for 128-row tiles (steps of 8 there gained
+ * nothing at T = 1500 and 4096 for eight loops more; docs/perf-cuda.md, thirty-sixth run). */
 template <int BN> __device__ __forceinline__ int wg_mma_cols(int rows) {
-    return BN <= 16 ? BN : min(BN, max(16, (rows + 15) / 16 * 16));
+    const int step = BN == 32 ? 8 : 16;
+    return BN <= 16 ? BN : min(BN, max(16, (rows + step - 1) / step * step));
 }
 /* acc (wgmma_bf16's fragment) += one chunk on the first N columns: the four k16 steps a[s] by
  * the activations at b_desc + 32 s bytes. The columns past N keep their zeros and are never
@@ -124,6 +129,7 @@ template <int BN, typename F> __device__ __forceinline__ void with_mma_cols(int 
         }
     } else if constexpr (BN == 32) {
         if (n == 16) f(wg_n<16>{});
+        else if (n == 24) f(wg_n<24>{});
         else f(wg_n<32>{});
     } else {
         f(wg_n<BN>{});
