@@ -154,11 +154,11 @@ __device__ __forceinline__ int load_acquire(const int *p) {
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
-/* Every thread of the block calls it; returns once tile_i's GEMM1 warps have all counted. A
- * count that never completes would be a bug of this file: the kernel traps (the call then
- * fails with a device error) instead of hanging. */
-__device__ void wait_for_gemm1(const moe_cuda_tile *tiles, int tile_i, int wait_for) {
-    if (threadIdx.x == 0) {
+/* Every thread of the block calls it; returns once tile_i's GEMM1 warps have all counted, which
+ * thread `waiter` polls. A count that never completes would be a bug of this file: the kernel
+ * traps (the call then fails with a device error) instead of hanging. */
+__device__ void wait_for_gemm1(const moe_cuda_tile *tiles, int tile_i, int wait_for, int waiter) {
+    if ((int)threadIdx.x == waiter) {
         const long long t0 = clock64();
         while (load_acquire(&tiles[tile_i].gemm1_done) < wait_for) {
             if (clock64() - t0 > WG_WAIT_CYCLES) __trap();
@@ -308,6 +308,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
     __shared__ int *count_at;    /* GEMM1: its tile's gemm1_done, or NULL (kept here, not in a
                                     register through the loop) */
     constexpr int THREADS = WG_THREADS * RT;
+    static_assert(THREADS > BN, "GEMM2's wait for GEMM1 by a thread that reads no row");
     const int n_rt = wg_row_tiles(STAGE, p.N), n_kc = wg_chunks(p.Kdim), n_rtb = (n_rt + RT - 1) / RT;
     const int ks = (int)(blockIdx.x % (unsigned)KS), block = (int)(blockIdx.x / (unsigned)KS);
     const int rtb = block % n_rtb, tile_i = block / n_rtb;
@@ -330,11 +331,13 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
                 l2_prefetch(p.w_mx + c0 * WG_A_BYTES, (uint32_t)n * WG_A_BYTES);
                 l2_prefetch(p.w_scale + c0 * WG_S_BYTES, (uint32_t)n * WG_S_BYTES);
             }
-        wait_for_gemm1(p.tiles, tile_i, chain.wait_for);
     }
     /* the expert has a scale above the one-product limit: every warp decodes with two */
     const bool two = two_products[tile.expert] != 0;
     const int rows = tile_rows(tile, p.counts, p.perm, p.T, BN, row_src);
+    /* the rows' two dependent reads run beside the wait: its thread reads no row (GEMM2 at
+     * T = 1500 and 4096 1 % faster, docs/perf-cuda.md, thirty-seventh run) */
+    if (STAGE == 2 && chain.wait_for > 0) wait_for_gemm1(p.tiles, tile_i, chain.wait_for, THREADS - 1);
     const int n_cols = wg_mma_cols<BN>(rows);
     if (threadIdx.x == 0)
         count_at = STAGE == 1 && chain.count_in ? &chain.count_in[tile_i].gemm1_done : NULL;
