@@ -615,41 +615,85 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
          * chunks. The loop is compiled once per n (with_mma_cols), so that a chunk is exactly one
          * wgmma group and "all but one" lets its products run beside the next chunk's decode: 12 %
          * off GEMM1 at T = 4096 against choosing n a chunk at a time (docs/perf-cuda.md, seventh
-         * run) */
+         * run). GEMM1 and GEMM2 find a chunk's slot two ways, each the faster for it, written out
+         * whole because ptxas compiles either GEMM worse from a loop shared between them (GEMM1
+         * 136 SASS instructions longer, GEMM2 spilling; docs/perf-cuda.md, thirty-eighth run). */
         with_mma_cols<BN>(n_cols, [&](auto cols) {
             constexpr int N = decltype(cols)::value;
-            auto scale_word = [&](uint32_t s, int kc) {
-                uint32_t w = 0x7F7F7F7Fu;
-                if (kc < kc_end)
-                    asm volatile("ld.shared.u32 %0, [%1];\n"
-                                 : "=r"(w)
-                                 : "r"(ring_w_at(s, 0) + RT * WG_A_BYTES + my_tile * WG_S_BYTES + (my_warp * 8 + g) * 4)
-                                 : "memory");
-                return w;
-            };
-            auto decode_mma = [&](uint32_t s, uint32_t w, uint32_t (&a)[4][4]) {
-                decode_chunk_at(ring_w_at(s, 0) + my_tile * WG_A_BYTES + (my_warp * 32 + lane) * 16, w, two, a);
-                wgmma_fence();
-                wgmma_steps<N>(acc, a, smem_desc_sw128(ring_act_at(s, 0)));
-                wgmma_commit();
-            };
             uint32_t a0[4][4], a1[4][4];
-            for (int i = 0; i < n_chunks; i += CPS) {
-                begin_stage(i / CPS);
+            if constexpr (STAGE == 1) {
+                /* GEMM1: one running chunk slot, as the ring's slots are used in order (0 to
+                 * RING_SLOTS - 1, then 0 again), and a chunk's places slot 0's plus the slot's bytes:
+                 * 8 instructions a chunk fewer, GEMM1 at T = 4096 1.4 % faster on an H100 */
+                const uint32_t w_at0 = base + RING_W_OFF + my_tile * WG_A_BYTES + (my_warp * 32 + lane) * 16;
+                const uint32_t s_at0 = base + RING_W_OFF + RT * WG_A_BYTES + my_tile * WG_S_BYTES + (my_warp * 8 + g) * 4;
+                const uint64_t desc0 = smem_desc_sw128(base);
+                auto scale_word = [&](uint32_t s, int kc) {
+                    uint32_t w = 0x7F7F7F7Fu;
+                    if (kc < kc_end)
+                        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w) : "r"(s_at0 + s * (uint32_t)W_BYTES) : "memory");
+                    return w;
+                };
+                auto decode_mma = [&](uint32_t s, uint32_t w, uint32_t (&a)[4][4]) {
+                    decode_chunk_at(w_at0 + s * (uint32_t)W_BYTES, w, two, a);
+                    wgmma_fence();
+                    wgmma_steps<N>(acc, a, desc0 + (uint64_t)(s * (uint32_t)(B_BYTES / 16)));
+                    wgmma_commit();
+                };
+                auto next_chunk_slot = [](uint32_t s) { return s + 1 == (uint32_t)RING_SLOTS ? 0u : s + 1; };
+                uint32_t s0 = 0;
+                for (int i = 0; i < n_chunks; i += CPS) {
+                    begin_stage(i / CPS);
 #pragma unroll 1
-                for (int j = 0; j < CPS; j += 2) {
-                    if (i + j >= n_chunks) break;
-                    const uint32_t s0 = ring_slot(slot, j), s1 = ring_slot(slot, j + 1);
-                    const uint32_t w0 = scale_word(s0, kc_begin + i + j), w1 = scale_word(s1, kc_begin + i + j + 1);
-                    decode_mma(s0, w0, a0);
-                    wgmma_wait_one();
-                    keep_regs(a1);
-                    if (i + j + 1 >= n_chunks) break;
-                    decode_mma(s1, w1, a1);
-                    wgmma_wait_one();
-                    keep_regs(a0);
+                    for (int j = 0; j < CPS; j += 2) {
+                        if (i + j >= n_chunks) break;
+                        const uint32_t s1 = next_chunk_slot(s0);
+                        const uint32_t w0 = scale_word(s0, kc_begin + i + j), w1 = scale_word(s1, kc_begin + i + j + 1);
+                        decode_mma(s0, w0, a0);
+                        wgmma_wait_one();
+                        keep_regs(a1);
+                        if (i + j + 1 >= n_chunks) break;
+                        decode_mma(s1, w1, a1);
+                        wgmma_wait_one();
+                        keep_regs(a0);
+                        s0 = next_chunk_slot(s1);
+                    }
                 }
-                slot = next_slot(slot);
+            } else {
+                /* GEMM2: each chunk's slot from its stage's, its places from the slot (the running
+                 * slot spilled here and made GEMM2 no faster) */
+                auto scale_word = [&](uint32_t s, int kc) {
+                    uint32_t w = 0x7F7F7F7Fu;
+                    if (kc < kc_end)
+                        asm volatile("ld.shared.u32 %0, [%1];\n"
+                                     : "=r"(w)
+                                     : "r"(ring_w_at(s, 0) + RT * WG_A_BYTES + my_tile * WG_S_BYTES + (my_warp * 8 + g) * 4)
+                                     : "memory");
+                    return w;
+                };
+                auto decode_mma = [&](uint32_t s, uint32_t w, uint32_t (&a)[4][4]) {
+                    decode_chunk_at(ring_w_at(s, 0) + my_tile * WG_A_BYTES + (my_warp * 32 + lane) * 16, w, two, a);
+                    wgmma_fence();
+                    wgmma_steps<N>(acc, a, smem_desc_sw128(ring_act_at(s, 0)));
+                    wgmma_commit();
+                };
+                for (int i = 0; i < n_chunks; i += CPS) {
+                    begin_stage(i / CPS);
+#pragma unroll 1
+                    for (int j = 0; j < CPS; j += 2) {
+                        if (i + j >= n_chunks) break;
+                        const uint32_t s0 = ring_slot(slot, j), s1 = ring_slot(slot, j + 1);
+                        const uint32_t w0 = scale_word(s0, kc_begin + i + j), w1 = scale_word(s1, kc_begin + i + j + 1);
+                        decode_mma(s0, w0, a0);
+                        wgmma_wait_one();
+                        keep_regs(a1);
+                        if (i + j + 1 >= n_chunks) break;
+                        decode_mma(s1, w1, a1);
+                        wgmma_wait_one();
+                        keep_regs(a0);
+                    }
+                    slot = next_slot(slot);
+                }
             }
             wgmma_wait_all();
             keep_regs(a0);
