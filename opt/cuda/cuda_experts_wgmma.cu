@@ -615,12 +615,26 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
          * chunks. The loop is compiled once per n (with_mma_cols), so that a chunk is exactly one
          * wgmma group and "all but one" lets its products run beside the next chunk's decode: 12 %
          * off GEMM1 at T = 4096 against choosing n a chunk at a time (docs/perf-cuda.md, seventh
-         * run). GEMM1 and GEMM2 find a chunk's slot two ways, each the faster for it, written out
-         * whole because ptxas compiles either GEMM worse from a loop shared between them (GEMM1
-         * 136 SASS instructions longer, GEMM2 spilling; docs/perf-cuda.md, thirty-eighth run). */
+         * run). GEMM1 and GEMM2 find a chunk's slot and places two ways, each the faster for it,
+         * in lambdas of their own: one pair chosen by STAGE inside shared lambdas made ptxas compile
+         * GEMM1 136 SASS instructions longer and spill in GEMM2 (docs/perf-cuda.md, thirty-eighth
+         * run). */
         with_mma_cols<BN>(n_cols, [&](auto cols) {
             constexpr int N = decltype(cols)::value;
             uint32_t a0[4][4], a1[4][4];
+            /* the block's chunks c and c + 1 from slots s0 and s1 (their scale words read first),
+             * in register sets a0 and a1; false once c is the block's last chunk */
+            auto chunk_pair = [&](auto &scale_word, auto &decode_mma, uint32_t s0, uint32_t s1, int c) {
+                const uint32_t w0 = scale_word(s0, kc_begin + c), w1 = scale_word(s1, kc_begin + c + 1);
+                decode_mma(s0, w0, a0);
+                wgmma_wait_one();
+                keep_regs(a1);
+                if (c + 1 >= n_chunks) return false;
+                decode_mma(s1, w1, a1);
+                wgmma_wait_one();
+                keep_regs(a0);
+                return true;
+            };
             if constexpr (STAGE == 1) {
                 /* GEMM1: one running chunk slot, as the ring's slots are used in order (0 to
                  * RING_SLOTS - 1, then 0 again), and a chunk's places slot 0's plus the slot's bytes:
@@ -648,14 +662,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
                     for (int j = 0; j < CPS; j += 2) {
                         if (i + j >= n_chunks) break;
                         const uint32_t s1 = next_chunk_slot(s0);
-                        const uint32_t w0 = scale_word(s0, kc_begin + i + j), w1 = scale_word(s1, kc_begin + i + j + 1);
-                        decode_mma(s0, w0, a0);
-                        wgmma_wait_one();
-                        keep_regs(a1);
-                        if (i + j + 1 >= n_chunks) break;
-                        decode_mma(s1, w1, a1);
-                        wgmma_wait_one();
-                        keep_regs(a0);
+                        if (!chunk_pair(scale_word, decode_mma, s0, s1, i + j)) break;
                         s0 = next_chunk_slot(s1);
                     }
                 }
@@ -682,15 +689,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
 #pragma unroll 1
                     for (int j = 0; j < CPS; j += 2) {
                         if (i + j >= n_chunks) break;
-                        const uint32_t s0 = ring_slot(slot, j), s1 = ring_slot(slot, j + 1);
-                        const uint32_t w0 = scale_word(s0, kc_begin + i + j), w1 = scale_word(s1, kc_begin + i + j + 1);
-                        decode_mma(s0, w0, a0);
-                        wgmma_wait_one();
-                        keep_regs(a1);
-                        if (i + j + 1 >= n_chunks) break;
-                        decode_mma(s1, w1, a1);
-                        wgmma_wait_one();
-                        keep_regs(a0);
+                        if (!chunk_pair(scale_word, decode_mma, ring_slot(slot, j), ring_slot(slot, j + 1), i + j)) break;
                     }
                     slot = next_slot(slot);
                 }
