@@ -1,7 +1,10 @@
-/* host_copy.c: one large host copy over a few OpenMP threads (rules in host_copy.h). */
+/* host_copy.c: large host copies over a few OpenMP threads (rules in host_copy.h). */
 #include "host_copy.h"
 
+#include "numeric.h"
+
 #include <omp.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #if defined(__x86_64__) && defined(__SSE2__)
@@ -38,7 +41,7 @@ static void copy_piece(char *d, const char *s, size_t n) {
             _mm_stream_si128((__m128i *)(d + i + 32), c);
             _mm_stream_si128((__m128i *)(d + i + 48), e);
         }
-        _mm_sfence(); /* the stores are seen by whoever reads after the team's barrier */
+        _mm_sfence(); /* the stores are seen by whoever reads after the piece */
         memcpy(d + body, s + body, n - body);
         return;
     }
@@ -46,22 +49,77 @@ static void copy_piece(char *d, const char *s, size_t n) {
     memcpy(d, s, n);
 }
 
-void moe_copy_parallel(void *dst, const void *src, size_t bytes, int threads) {
-    if (threads <= 1 || bytes < MOE_COPY_SPLIT_MIN || omp_in_parallel()) {
-        if (bytes) copy_piece((char *)dst, (const char *)src, bytes);
+/* n bf16 patterns -> fp32, by non-temporal stores where dst can be aligned (as copy_piece). */
+static void widen_piece(float *d, const uint16_t *s, size_t n) {
+    size_t i = 0;
+#ifdef HAVE_STREAMING_STORES
+    if (((uintptr_t)d & 3u) == 0) {
+        for (; i < n && ((uintptr_t)(d + i) & 15u); i++) d[i] = moe_bf16_to_f32(s[i]);
+        const __m128i zero = _mm_setzero_si128();
+        for (; i + 8 <= n; i += 8) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)(s + i));
+            _mm_stream_si128((__m128i *)(d + i), _mm_unpacklo_epi16(zero, v));
+            _mm_stream_si128((__m128i *)(d + i + 4), _mm_unpackhi_epi16(zero, v));
+        }
+        _mm_sfence();
+    }
+#endif
+    for (; i < n; i++) d[i] = moe_bf16_to_f32(s[i]);
+}
+
+/* One job's units [at, at + n): bytes of a copy, or elements of a widening. */
+typedef struct {
+    char *dst;
+    const char *src;
+    bool widen;
+} piece_job;
+
+static void run_piece(const piece_job *j, size_t at, size_t n) {
+    if (j->widen)
+        widen_piece((float *)j->dst + at, (const uint16_t *)j->src + at, n);
+    else
+        copy_piece(j->dst + at, j->src + at, n);
+}
+
+/* Units [0, total) in pieces of `piece` (the last one shorter) over at most `threads`
+ * threads, taken as they come free. */
+static void run_pieces(const piece_job *j, size_t total, size_t piece, int threads) {
+    if (total == 0) return;
+    if (piece == 0) piece = total;
+    const size_t pieces = (total + piece - 1) / piece;
+    if (threads <= 1 || pieces <= 1 || omp_in_parallel()) {
+        for (size_t i = 0; i < pieces; i++) {
+            const size_t at = i * piece;
+            run_piece(j, at, total - at < piece ? total - at : piece);
+        }
         return;
     }
-    /* about four pieces a thread, handed out as threads come free: a thread that the system
-     * holds up (the CUDA driver's own threads share the cores) no longer delays the copy by a
-     * whole share. With one equal share a thread the T = 4096 host call took 7.2-10.0 ms in
-     * seven runs, with these pieces 7.30 ms in two (docs/device-notes.md). */
+    const int team = (size_t)threads < pieces ? threads : (int)pieces;
+#pragma omp parallel for num_threads(team) schedule(dynamic, 1)
+    for (long i = 0; i < (long)pieces; i++) {
+        const size_t at = (size_t)i * piece;
+        run_piece(j, at, total - at < piece ? total - at : piece);
+    }
+}
+
+/* The piece of a split job of `bytes` bytes: about four a thread (so a thread the system
+ * holds up delays one piece, not a share: with one equal share a thread the T = 4096 host call
+ * took 7.2-10.0 ms in seven runs, with these pieces 7.30 ms in two, docs/device-notes.md), at
+ * least COPY_PIECE_MIN, a multiple of COPY_PIECE_ALIGN; `bytes` itself below the split. */
+static size_t split_piece(size_t bytes, int threads) {
+    if (threads <= 1 || bytes < MOE_COPY_SPLIT_MIN) return bytes ? bytes : 1;
     size_t piece = (bytes + 4 * (size_t)threads - 1) / (4 * (size_t)threads);
     piece = piece < COPY_PIECE_MIN ? COPY_PIECE_MIN : piece;
-    piece = (piece + COPY_PIECE_ALIGN - 1) / COPY_PIECE_ALIGN * COPY_PIECE_ALIGN;
-    const int pieces = (int)((bytes + piece - 1) / piece);
-#pragma omp parallel for num_threads(pieces < threads ? pieces : threads) schedule(dynamic, 1)
-    for (int i = 0; i < pieces; i++) {
-        const size_t at = (size_t)i * piece, n = bytes - at < piece ? bytes - at : piece;
-        copy_piece((char *)dst + at, (const char *)src + at, n);
-    }
+    return (piece + COPY_PIECE_ALIGN - 1) / COPY_PIECE_ALIGN * COPY_PIECE_ALIGN;
+}
+
+void moe_copy_parallel(void *dst, const void *src, size_t bytes, int threads) {
+    const piece_job j = {(char *)dst, (const char *)src, false};
+    run_pieces(&j, bytes, split_piece(bytes, threads), threads);
+}
+
+void moe_widen_bf16_parallel(float *dst, const uint16_t *src, size_t n, int threads) {
+    const piece_job j = {(char *)dst, (const char *)src, true};
+    /* pieces cut on dst's bytes (a multiple of 4096 each): whole 4-byte elements */
+    run_pieces(&j, n, split_piece(n * sizeof(float), threads) / sizeof(float), threads);
 }

@@ -25,19 +25,20 @@ void lab_stages(const moe_config *c, int T, int distinct, lab_stage out[LAB_STAG
         [LAB_GEMM2] = {"GEMM2", distinct * expert2 + t * K * I * 2 + t * K * D * 4,
                        2.0 * t * K * D * I},
         [LAB_COMBINE] = {"combine", t * K * D * 4 + t * D * 8, 0},
-        [LAB_DOWNLOAD] = {"download out", t * D * 4, 0},
+        [LAB_DOWNLOAD] = {"download out", t * D * 2, 0},
         [LAB_SINK_GEMM1] = {"sink GEMM1", S * 2 * I * D * 2 + t * D * 2 + t * S * 2 * I * 2,
                             2.0 * t * S * 2 * I * D},
         [LAB_SINK_SWIGLU] = {"sink SwiGLU", t * S * 3 * I * 2, 0},
         [LAB_SINK_GEMM2] = {"sink GEMM2", S * D * I * 2 + t * S * I * 2 + t * D * 4,
                             2.0 * t * S * D * I},
         [LAB_DEVICE] = {"layer on device", layer_bytes, layer_flops},
-        /* the host's call adds the transfers: x up (bf16), out down (fp32) */
-        [LAB_HOST] = {"forward call", layer_bytes + t * D * 6, layer_flops},
+        /* the host's call adds the transfers: x up and out down, both bf16 (every output value
+         * is a bf16 value; the host widens it into the caller's fp32 out) */
+        [LAB_HOST] = {"forward call", layer_bytes + t * D * 4, layer_flops},
         [LAB_DEVICE_CALL] = {"device-pointer call", layer_bytes, layer_flops},
         [LAB_SERVING_DEVICE] = {"serving graph", layer_bytes, layer_flops},
         [LAB_PINNED_UPLOAD] = {"upload x (pinned DMA)", t * D * 2, 0},
-        [LAB_PINNED_DOWNLOAD] = {"download out (pinned DMA)", t * D * 4, 0},
+        [LAB_PINNED_DOWNLOAD] = {"download out (pinned DMA)", t * D * 2, 0},
     };
     for (int s = 0; s < LAB_STAGE_COUNT; s++) out[s] = rows[s];
 }

@@ -6,13 +6,17 @@
  * around it changes, for sizes below, at and past the split threshold (odd sizes, a size that
  * leaves a short last piece, fewer bytes than threads * 4096), at 1, 2, 3 and 8 threads, with
  * the source and destination at odd offsets; a copy inside a parallel region stays correct;
- * the thread count a large copy uses is at least 1 and at most MOE_COPY_MAX_THREADS.
+ * the thread count a large copy uses is at least 1 and at most MOE_COPY_MAX_THREADS. The
+ * widening gives every one of the 65,536 bf16 patterns (NaNs, -0, subnormals) its exact fp32
+ * value, at sizes below and past the split and at 1, 2 and 8 threads, with the destination
+ * aligned and not, and changes nothing around it.
  */
 #include "test_support.h"
 
 #include "common/host_copy.h"
 
 #include <omp.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #define GUARD 64 /* bytes checked on each side of the destination */
@@ -79,6 +83,39 @@ static void test_copy_inside_a_parallel_region(void **state) {
     assert_int_equal(failed, 0);
 }
 
+static void check_widen(size_t n, int threads, size_t dst_off) {
+    uint16_t *src = malloc(n * 2 + 2);
+    float *dst = malloc((n + dst_off + 2 * GUARD) * sizeof(float));
+    assert_non_null(src);
+    assert_non_null(dst);
+    for (size_t i = 0; i < n; i++) src[i] = (uint16_t)(i * 40503u + 7u); /* every pattern when n >= 65536 */
+    const uint32_t poison = 0xDEADBEEFu;
+    for (size_t i = 0; i < n + dst_off + 2 * GUARD; i++) memcpy(&dst[i], &poison, 4);
+    moe_widen_bf16_parallel(dst + GUARD + dst_off, src, n, threads);
+    for (size_t i = 0; i < n + dst_off + 2 * GUARD; i++) {
+        uint32_t got;
+        memcpy(&got, &dst[i], 4);
+        const bool inside = i >= GUARD + dst_off && i < GUARD + dst_off + n;
+        const uint32_t want = inside ? (uint32_t)src[i - GUARD - dst_off] << 16 : poison;
+        if (got != want)
+            fail_msg("element %zu: 0x%08x, want 0x%08x (%zu elements, %d threads, offset %zu)", i, got,
+                     want, n, threads, dst_off);
+    }
+    free(src);
+    free(dst);
+}
+
+static void test_widening_is_exact_for_every_pattern(void **state) {
+    (void)state;
+    const size_t sizes[] = {0, 1, 7, 65536, MOE_COPY_SPLIT_MIN / 4 - 1, MOE_COPY_SPLIT_MIN + 12345};
+    const int teams[] = {1, 2, 8};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (size_t t = 0; t < sizeof teams / sizeof teams[0]; t++) {
+            check_widen(sizes[s], teams[t], 0);
+            check_widen(sizes[s], teams[t], 1); /* dst not 16-byte aligned */
+        }
+}
+
 static void test_thread_count_is_bounded(void **state) {
     (void)state;
     const int n = moe_copy_threads();
@@ -90,6 +127,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_copies_equal_memcpy_at_every_size_and_team),
         cmocka_unit_test(test_copy_inside_a_parallel_region),
+        cmocka_unit_test(test_widening_is_exact_for_every_pattern),
         cmocka_unit_test(test_thread_count_is_bounded),
     };
     return cmocka_run_group_tests_name("host_copy", tests, NULL, NULL);

@@ -13,10 +13,12 @@
  *   - the host waits only at the end of forward(), for the copies back (stage copies and the
  *     output are queued on the routed stream; pageable copies complete before returning);
  *   - x and out cross the bus through pinned staging buffers (grown with T like the workspace,
- *     freed in destroy), in at most STAGING_CHUNKS pieces, so the host's copy of one piece into
- *     or out of the staging overlaps the DMA of the next; the host copies a piece with up to
- *     moe_copy_threads() threads (common/host_copy.h): one thread's copies were three quarters
- *     of the host call at T = 4096;
+ *     freed in destroy), with up to moe_copy_threads() threads copying (common/host_copy.h):
+ *     one thread's copies were three quarters of the host call at T = 4096. Both go in at most
+ *     STAGING_CHUNKS pieces, so that the host's copy of one piece overlaps the DMA of the next;
+ *     out comes down as bf16 patterns (every output value is a bf16 value, contract.md
+ *     [precision.serving]: half the bytes of fp32), each piece widened to fp32 into the
+ *     caller's out;
  *   - moe_cuda_forward_device (cuda_layer.h) runs the same chain on x and out already on the
  *     device: no staging, no upload or download, ordered after and before the caller's stream
  *     by events (or waited for when the caller gives no stream). It launches the chain as one
@@ -127,7 +129,8 @@ struct cuda_state {
     int staging_T;
     void *staging;
     uint16_t *x_host;   /* [T, D] */
-    float *out_host;    /* [T, D] */
+    uint16_t *out_host; /* [T, D] bf16 patterns of out: every output value is a bf16 value
+                           (contract.md [precision.serving]), so half the bytes cross the bus */
 };
 
 bool device_is_sm90(int device) {
@@ -625,7 +628,7 @@ moe_status ensure_staging(cuda_state *s, int T, moe_error *err) {
     cudaFreeHost(s->staging);
     s->staging = NULL;
     s->staging_T = 0;
-    const size_t x_bytes = align_up((size_t)T * s->D * 2), out_bytes = (size_t)T * s->D * 4;
+    const size_t x_bytes = align_up((size_t)T * s->D * 2), out_bytes = (size_t)T * s->D * 2;
     cudaError_t e = cudaHostAlloc(&s->staging, x_bytes + out_bytes, cudaHostAllocDefault);
     if (e != cudaSuccess) {
         s->staging = NULL;
@@ -633,7 +636,7 @@ moe_status ensure_staging(cuda_state *s, int T, moe_error *err) {
                         "(%zu bytes) failed: %s", T, x_bytes + out_bytes, cudaGetErrorString(e));
     }
     s->x_host = (uint16_t *)s->staging;
-    s->out_host = (float *)((char *)s->staging + x_bytes);
+    s->out_host = (uint16_t *)((char *)s->staging + x_bytes);
     s->staging_T = T;
     return MOE_OK;
 }
@@ -647,7 +650,8 @@ size_t staging_chunk(size_t bytes) {
 }
 
 /* x [T, D] host -> s->x through the staging: the host copies piece i + 1 while piece i is on
- * its way. */
+ * its way. (Each thread sending on the pieces it copied, with no barrier between pieces, was
+ * no faster and far less steady: docs/perf-cuda.md.) */
 moe_status upload_x(cuda_state *s, int T, const uint16_t *x, moe_error *err) {
     const size_t bytes = (size_t)T * s->D * 2, chunk = staging_chunk(bytes);
     for (size_t o = 0; o < bytes; o += chunk) {
@@ -659,9 +663,10 @@ moe_status upload_x(cuda_state *s, int T, const uint16_t *x, moe_error *err) {
     return MOE_OK;
 }
 
-/* Queues s->out [T, D] -> the staging, piece i followed by event out_landed[i]. */
+/* Queues out [T, D] (bf16 patterns in s->out, as the host call's combine writes them) -> the
+ * staging, piece i followed by event out_landed[i]. */
 moe_status queue_download(cuda_state *s, int T, moe_error *err) {
-    const size_t bytes = (size_t)T * s->D * 4, chunk = staging_chunk(bytes);
+    const size_t bytes = (size_t)T * s->D * 2, chunk = staging_chunk(bytes);
     for (size_t o = 0, i = 0; o < bytes; o += chunk, i++) {
         const size_t n = bytes - o < chunk ? bytes - o : chunk;
         CUDA_TRY(cudaMemcpyAsync((char *)s->out_host + o, (const char *)s->out + o, n,
@@ -671,14 +676,14 @@ moe_status queue_download(cuda_state *s, int T, moe_error *err) {
     return MOE_OK;
 }
 
-/* The staging -> out [T, D] host, each piece as soon as it has landed (the next is still on
- * its way). */
+/* The staging's bf16 -> out [T, D] fp32 host (exact), each piece as soon as it has landed
+ * (the next is still on its way). */
 moe_status finish_download(cuda_state *s, int T, float *out, moe_error *err) {
-    const size_t bytes = (size_t)T * s->D * 4, chunk = staging_chunk(bytes);
+    const size_t bytes = (size_t)T * s->D * 2, chunk = staging_chunk(bytes);
     for (size_t o = 0, i = 0; o < bytes; o += chunk, i++) {
         const size_t n = bytes - o < chunk ? bytes - o : chunk;
         CUDA_TRY(cudaEventSynchronize(s->out_landed[i]));
-        moe_copy_parallel((char *)out + o, (const char *)s->out_host + o, n, s->copy_threads);
+        moe_widen_bf16_parallel(out + o / 2, s->out_host + o / 2, n / 2, s->copy_threads);
     }
     return MOE_OK;
 }
@@ -737,10 +742,11 @@ const expert_kernels *expert_kernels_for(const cuda_state *s, int T) {
 }
 
 /* The layer on the routed stream (the sinks forked off and joined), from x [T, D] bf16 on the
- * device to out [T, D] fp32 on the device; the workspace holds T tokens. Timing events
+ * device to out [T, D] on the device, fp32 (out) or as bf16 patterns (out16, the host call's,
+ * whose download then carries half the bytes); the workspace holds T tokens. Timing events
  * EV_GATE .. EV_COMBINE. */
-moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, bool timed,
-                     moe_error *err) {
+moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, uint16_t *out16,
+                     bool timed, moe_error *err) {
     const int D = s->D, K = s->K, S = s->S;
     cudaStream_t st = s->routed;
     CUDA_TRY(cudaEventRecord(s->x_ready, st));
@@ -796,7 +802,7 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, bool t
 
     CUDA_TRY(cudaStreamWaitEvent(st, s->sinks_done, 0));
     TRY(moe_cuda_combine(st, T, D, K, S, s->E, s->expert_first, s->ids, s->weights, s->bad, s->y,
-                         S > 0 && s->SIL > 0 ? s->sink_y : NULL, out, err));
+                         S > 0 && s->SIL > 0 ? s->sink_y : NULL, out, out16, err));
     TRY(mark(s, timed, EV_COMBINE, st, err));
     return MOE_OK;
 }
@@ -839,7 +845,7 @@ moe_status forward_impl(cuda_state *s, int T, const uint16_t *x, float *out, moe
     TRY(mark(s, timed, EV_BEGIN, st, err));
     TRY(upload_x(s, T, x, err));
     TRY(mark(s, timed, EV_UPLOAD, st, err));
-    TRY(run_layer(s, T, s->x, s->out, timed, err));
+    TRY(run_layer(s, T, s->x, NULL, (uint16_t *)s->out, timed, err));
     if (stg) TRY(copy_stages(s, T, stg, err));
     TRY(queue_download(s, T, err));
     TRY(mark(s, timed, EV_DOWNLOAD, st, err));
@@ -880,7 +886,7 @@ moe_status capture_layer(cuda_state *s, int T, const uint16_t *x, float *out,
         if (replaces_sooner) slot = g;
     }
     CUDA_TRY(cudaStreamBeginCapture(s->routed, cudaStreamCaptureModeRelaxed));
-    moe_status st = run_layer(s, T, x, out, false, err);
+    moe_status st = run_layer(s, T, x, out, NULL, false, err);
     cudaGraph_t g = NULL;
     const cudaError_t ended = cudaStreamEndCapture(s->routed, &g);
     if (!st && ended != cudaSuccess)
@@ -937,7 +943,7 @@ moe_status forward_device(cuda_state *s, int T, const uint16_t *x_dev, float *ou
         x = s->x;
     }
     if (timed) {
-        TRY(run_layer(s, T, x, out_dev, timed, err));
+        TRY(run_layer(s, T, x, out_dev, NULL, timed, err));
     } else {
         cudaGraphExec_t graph = NULL;
         TRY(capture_layer(s, T, x, out_dev, &graph, err));
@@ -1045,7 +1051,7 @@ extern "C" moe_status moe_cuda_staging_dma_ms(void *state, int T, float ms[2], m
     CUDA_TRY(cudaSetDevice(s->device));
     TRY(ensure_workspace(s, T, err));
     TRY(ensure_staging(s, T, err));
-    const size_t x_bytes = (size_t)T * s->D * 2, out_bytes = (size_t)T * s->D * 4;
+    const size_t x_bytes = (size_t)T * s->D * 2, out_bytes = (size_t)T * s->D * 2;
     cudaStream_t st = s->routed;
     cudaEvent_t *ev = s->timing; /* three of the stage events, free between calls */
     CUDA_TRY(cudaEventRecord(ev[0], st));

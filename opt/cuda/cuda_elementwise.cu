@@ -64,16 +64,31 @@ __global__ void sink_swiglu_kernel(int K, int S, int SIL, const uint16_t *gu,
 #define COMBINE_SLOTS 8
 #define COMBINE_BATCH_MAX_T 512
 
-/* ids [T, K], weights [T, K+S], bad [T], y [T*K, D], sink_y [T, D] or NULL, out [T, D]. */
+/* A thread's VEC output values, each a bf16 value or NaN, as their bf16 patterns (the upper
+ * halves, exact), which the host call carries over the bus and widens back. (The fp32 output
+ * is stored value by value as it is formed, the form measured for the serving graph.) */
+template <int VEC> __device__ __forceinline__ void store_bf16(uint16_t *o, const float (&v)[VEC]) {
+    if (VEC == 4) {
+        const uint2 q = {(__float_as_uint(v[0]) >> 16) | (__float_as_uint(v[1]) & 0xffff0000u),
+                         (__float_as_uint(v[2]) >> 16) | (__float_as_uint(v[3]) & 0xffff0000u)};
+        *reinterpret_cast<uint2 *>(o) = q;
+    } else {
+#pragma unroll
+        for (int i = 0; i < VEC; i++) o[i] = (uint16_t)(__float_as_uint(v[i]) >> 16);
+    }
+}
+
+/* ids [T, K], weights [T, K+S], bad [T], y [T*K, D], sink_y [T, D] or NULL, out [T, D]
+ * (fp32, or bf16 patterns). */
 /* VEC consecutive elements a thread (float4 loads where D % 4 == 0: about 2x the scalar
  * kernel's bandwidth at T = 4096, docs/perf-cuda.md); each element's sum is the same fixed
  * chain of fused multiply-adds whatever VEC and SLOTS. A thread issues the loads of SLOTS slots
  * (ids, weights and y rows; y rows of slots it then skips are read and unused) before it sums
  * them. */
-template <int VEC, int SLOTS>
+template <int VEC, int SLOTS, typename OutT>
 __global__ void combine_kernel(int D, int K, int S, int E, int expert_first, const int32_t *ids,
                                const float *weights, const int32_t *bad, const float *y,
-                               const float *sink_y, float *out) {
+                               const float *sink_y, OutT *out) {
     const int t = blockIdx.x;
     const int d = (blockIdx.y * blockDim.x + threadIdx.x) * VEC;
     if (d >= D) return;
@@ -111,12 +126,14 @@ __global__ void combine_kernel(int D, int K, int S, int E, int expert_first, con
             for (int i = 0; i < VEC; i++) acc[i] = fmaf(w[j], v[j][i], acc[i]);
         }
     }
-    float *o = out + (size_t)t * D + d;
+    float v[VEC];
 #pragma unroll
     for (int i = 0; i < VEC; i++) {
         if (sink_y) acc[i] += sink[i];
-        o[i] = token_bad ? NAN : __bfloat162float(__float2bfloat16_rn(acc[i]));
+        v[i] = token_bad ? NAN : __bfloat162float(__float2bfloat16_rn(acc[i]));
+        if constexpr (sizeof(OutT) == sizeof(float)) out[(size_t)t * D + d + i] = v[i];
     }
+    if constexpr (sizeof(OutT) != sizeof(float)) store_bf16(out + (size_t)t * D + d, v);
 }
 
 /* See moe_cuda_stage_rows. grid (rows, ceil(cols / threads)). */
@@ -140,16 +157,16 @@ __global__ void stage_rows_kernel(int cols, int slots_K, int E, int expert_first
 
 unsigned blocks_for(int n) { return (unsigned)((n + ELEMENTWISE_THREADS - 1) / ELEMENTWISE_THREADS); }
 
-template <int VEC>
+template <int VEC, typename OutT>
 void launch_combine(cudaStream_t stream, int T, int D, int K, int S, int E, int expert_first,
                     const int32_t *ids, const float *weights, const int32_t *bad, const float *y,
-                    const float *sink_y, float *out) {
+                    const float *sink_y, OutT *out) {
     const dim3 grid((unsigned)T, blocks_for(D / VEC));
     if (T <= COMBINE_BATCH_MAX_T)
-        combine_kernel<VEC, COMBINE_SLOTS><<<grid, ELEMENTWISE_THREADS, 0, stream>>>(
+        combine_kernel<VEC, COMBINE_SLOTS, OutT><<<grid, ELEMENTWISE_THREADS, 0, stream>>>(
             D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out);
     else
-        combine_kernel<VEC, 1><<<grid, ELEMENTWISE_THREADS, 0, stream>>>(
+        combine_kernel<VEC, 1, OutT><<<grid, ELEMENTWISE_THREADS, 0, stream>>>(
             D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out);
 }
 
@@ -222,9 +239,16 @@ extern "C" moe_status moe_cuda_silu_run(int device, int n, const float *g, const
 moe_status moe_cuda_combine(cudaStream_t stream, int T, int D, int K, int S, int E,
                             int expert_first, const int32_t *ids, const float *weights,
                             const int32_t *bad, const float *y, const float *sink_y, float *out,
-                            moe_error *err) {
+                            uint16_t *out16, moe_error *err) {
     if (T == 0) return MOE_OK;
-    if (D % 4 == 0)
+    if ((out == NULL) == (out16 == NULL))
+        return moe_fail(err, MOE_ERR_ARG, "cuda combine: give exactly one of out and out16");
+    const bool vec4 = D % 4 == 0;
+    if (out16 && vec4)
+        launch_combine<4>(stream, T, D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out16);
+    else if (out16)
+        launch_combine<1>(stream, T, D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out16);
+    else if (vec4)
         launch_combine<4>(stream, T, D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out);
     else
         launch_combine<1>(stream, T, D, K, S, E, expert_first, ids, weights, bad, y, sink_y, out);

@@ -251,11 +251,13 @@ moe_status moe_cuda_sink_swiglu(cudaStream_t stream, int T, int K, int S, int SI
                                 moe_error *err);
 
 /* out [T, D] = bf16(sum_k w_k * y[t*K+k] (local slots, k in order) + sink_y[t]);
- * NaN rows for bad tokens. sink_y [T, D] or NULL (no sinks). */
+ * NaN rows for bad tokens. sink_y [T, D] or NULL (no sinks). Exactly one of out (fp32) and
+ * out16 (the same values as bf16 patterns: half the bytes for the host call's download) is
+ * given. */
 moe_status moe_cuda_combine(cudaStream_t stream, int T, int D, int K, int S, int E,
                             int expert_first, const int32_t *ids, const float *weights,
                             const int32_t *bad, const float *y, const float *sink_y, float *out,
-                            moe_error *err);
+                            uint16_t *out16, moe_error *err);
 
 /* Stage rows [rows, cols] -> dst fp32: src is bf16 (src16) or fp32 (src32). With slots_K > 0
  * row r is assignment r (token r / slots_K): rows of bad tokens or non-local slots become 0.

@@ -65,9 +65,10 @@ moe_status moe_cuda_graph_timeline(void *state, int T, const uint16_t *x_dev, fl
                                    moe_cuda_kernel_span *spans, int cap, int *n, moe_error *err);
 
 /* The bus at pinned-memory speed for a forward call of T tokens: one DMA of x [T, D] bf16 from
- * the layer's pinned staging to the device (ms[0]) and one of out [T, D] fp32 back (ms[1]), with
- * no host copy; the bound the host call's transfers are held to (docs/perf-cuda.md). The
- * device's x and out and the staging are scratch between calls: nothing the layer keeps. */
+ * the layer's pinned staging to the device (ms[0]) and one of out [T, D] back as bf16, the
+ * bytes the host call moves (ms[1]), with no host copy; the bound the host call's transfers
+ * are held to (docs/perf-cuda.md). The device's x and out and the staging are scratch between
+ * calls: nothing the layer keeps. */
 moe_status moe_cuda_staging_dma_ms(void *state, int T, float ms[2], moe_error *err);
 
 /* Drops the graphs the device entry keeps; the next call on each (T, x, out) captures again. */
