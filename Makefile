@@ -91,6 +91,7 @@ OVERLAP_PROBE := $(BUILD)/bin/cuda-overlap-probe
 STREAM_PROBE := $(BUILD)/bin/cuda-stream-probe
 WGMMA_PROBE := $(BUILD)/bin/cuda-wgmma-probe
 WGMMA_WS_PROBE := $(BUILD)/bin/cuda-wgmma-ws-probe
+STAGING_PROBE := $(BUILD)/bin/cuda-staging-probe
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
@@ -98,7 +99,7 @@ TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 .PHONY: all deps deps-python test test-now check-ptxas-guard asan coverage fuzz fuzz-now fuzz-selftest fuzz-parse golden \
         golden-check bench-cpu config clean help examples install fuzz-external
 
-all: config $(LIB) $(TOOL) $(TESTS) examples $(if $(CUDA_SRC),$(OVERLAP_PROBE) $(STREAM_PROBE) $(WGMMA_PROBE) $(WGMMA_WS_PROBE))
+all: config $(LIB) $(TOOL) $(TESTS) examples $(if $(CUDA_SRC),$(OVERLAP_PROBE) $(STREAM_PROBE) $(WGMMA_PROBE) $(WGMMA_WS_PROBE) $(STAGING_PROBE))
 
 deps:
 	@sh ./install-deps.sh
@@ -282,6 +283,12 @@ $(STREAM_PROBE): opt/cuda/check/stream_probe.cu $(LIB)
 	@mkdir -p $(dir $@) $(BUILD)/obj/opt/cuda/check
 	$(NVCC) $(NVFLAGS) -c $< -o $(BUILD)/obj/opt/cuda/check/stream_probe.o
 	$(CC) $(CFLAGS) $(BUILD)/obj/opt/cuda/check/stream_probe.o $(LIB) $(LDLIBS) -o $@
+
+# What the host call's staged transfers cost against the bus alone, piece by piece
+# (opt/cuda/check/staging_probe.c; docs/perf-cuda.md, thirty-ninth run); runs only on a GPU host.
+$(STAGING_PROBE): opt/cuda/check/staging_probe.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 # What keeps the 128-row expert tiles' tensor pipe from its peak: their chunk loop taken apart,
 # by wgmma's n (opt/cuda/check/wgmma_probe.cu), and the same work the other way round, decoded
