@@ -49,7 +49,8 @@ typedef enum {
     LAB_SINK_SWIGLU,
     LAB_SINK_GEMM2,
     LAB_DEVICE, /* upload's end to combine's end: the layer on the device */
-    LAB_HOST,   /* one forward call on the host's clock, transfers included */
+    LAB_HOST,   /* one forward call on the host's clock, transfers included, as a caller makes
+                   it (no stage events: those come from a timed call before it) */
     LAB_DEVICE_CALL, /* one call on x and out already on the device (as a serving engine makes
                         it, opt/cuda/cuda_profile.h), on the host's clock */
     LAB_SERVING_DEVICE, /* the same call's captured graph on the device: one event pair around
@@ -89,7 +90,7 @@ typedef struct {
     /* Overwrites more than the last-level cache, so that the next call starts cold. */
     moe_status (*flush)(const moe_backend *be, void *state, moe_error *err);
     /* One forward call on x [T, D] -> out [T, D] in host memory; ms [LAB_DEVICE + 1] its stage
-     * intervals in milliseconds. */
+     * intervals in milliseconds, or NULL: the call exactly as a caller makes it (no events). */
     moe_status (*call)(const moe_backend *be, void *state, int T, const uint16_t *x, float *out,
                        float ms[LAB_DEVICE + 1], moe_error *err);
     /* The same call on x_dev and out_dev, buffers of dev_alloc, returning when out_dev holds

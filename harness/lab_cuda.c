@@ -35,7 +35,7 @@ static moe_status cuda_flush(const moe_backend *be, void *state, moe_error *err)
 
 static moe_status cuda_call(const moe_backend *be, void *state, int T, const uint16_t *x, float *out,
                             float ms[LAB_DEVICE + 1], moe_error *err) {
-    (void)be;
+    if (!ms) return be->forward(state, T, x, out, NULL, err); /* as a caller makes it */
     moe_cuda_stage_times times;
     moe_status st = moe_cuda_forward_timed(state, T, x, out, &times, err);
     for (int s = 0; s <= LAB_DEVICE && !st; s++) ms[s] = *(const float *)((const char *)&times + stage_field[s]);

@@ -346,7 +346,7 @@ static moe_status host_flush(const moe_backend *be, void *state, moe_error *err)
 }
 static moe_status host_call(const moe_backend *be, void *state, int T, const uint16_t *x, float *out,
                             float ms[LAB_DEVICE + 1], moe_error *err) {
-    for (int s = 0; s <= LAB_DEVICE; s++) ms[s] = 1.0f + (float)s;
+    for (int s = 0; ms && s <= LAB_DEVICE; s++) ms[s] = 1.0f + (float)s;
     return be->forward(state, T, x, out, NULL, err);
 }
 static moe_status host_call_on_device(const moe_backend *be, void *state, int T, const void *x_dev,
