@@ -298,7 +298,7 @@ static void test_token_counts_vary(void **state) {
     (void)state;
     skip_without_gpu();
     moe_config c = {64, 32, 16, 3, 1, 8.0f, false, false, MOE_ROUTED_MXFP4};
-    static const int Ts[] = {0, 1, 40, 7, 0, 40};
+    static const int Ts[] = {0, 1, 40, 7, 0, 40, 2300}; /* 2300: the sinks' GEMM1 in pieces */
     for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++)
         check_case(&c, 40 + i, Ts[i], MOE_SPLIT_NONE, 1, 0, false);
     moe_layer_data ld;
@@ -534,7 +534,7 @@ static void test_device_entry_matches_host_entry(void **state) {
     (void)state;
     skip_without_gpu();
     static const moe_routed_format formats[3] = {MOE_ROUTED_MXFP4, MOE_ROUTED_BF16, MOE_ROUTED_NVFP4};
-    static const int Ts[] = {1, 8, 33, 200};
+    static const int Ts[] = {1, 8, 33, 200, 2300}; /* 2300: the sinks' GEMM1 in pieces */
     for (int f = 0; f < 3; f++) {
         moe_config c = {96, 64, 24, 4, 2, 8.0f, true, true, formats[f]};
         const int D = c.D;
@@ -546,8 +546,8 @@ static void test_device_entry_matches_host_entry(void **state) {
         moe_layer *host = NULL, *dev = NULL;
         assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &host, &err), MOE_OK);
         assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &dev, &err), MOE_OK);
-        uint16_t *x = malloc(sizeof(uint16_t) * 200 * 96);
-        float *want = malloc(sizeof(float) * 200 * 96), *got = malloc(sizeof(float) * 200 * 96);
+        uint16_t *x = malloc(sizeof(uint16_t) * 2300 * 96);
+        float *want = malloc(sizeof(float) * 2300 * 96), *got = malloc(sizeof(float) * 2300 * 96);
         assert_true(x && want && got);
         for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
             const int T = Ts[i];

@@ -58,6 +58,7 @@
 #define STAGING_CHUNKS 8                   /* pieces of an x upload or out download at most (16 and
                                               32 were slower at T = 4096: device-notes) */
 #define STAGING_MIN_CHUNK ((size_t)1 << 20) /* smaller pieces cost more in calls than they save */
+#define SINK_PIECES_MIN_T 2048 /* from here the sinks' GEMM1 runs in pieces (sink_piece_tokens) */
 #define LT_ALIGN 256 /* cuBLASLt picks its algorithm for operands aligned this far (its default) */
 #define GRAPH_CACHE 8 /* captured layers the device entry keeps, one per (T, x, out): a caller
                          that cycles through a few buffers launches a kept graph (4-5 us of host
@@ -85,6 +86,7 @@ struct cuda_state {
     cudaEvent_t x_ready, route_ready, sinks_done;
     cudaEvent_t caller_ready, layer_done;     /* the device entry's joins with the caller's stream */
     cudaEvent_t out_landed[STAGING_CHUNKS];   /* each piece of out in the staging */
+    cudaEvent_t x_landed[STAGING_CHUNKS];     /* each piece of x on the device (sinks' pieces) */
     int copy_threads; /* the host's copies into and out of the staging (common/host_copy.h) */
     int priority_low, priority_high; /* the sink and routed streams' priorities */
     int sm_count;                    /* the device's multiprocessors */
@@ -92,6 +94,7 @@ struct cuda_state {
     cublasLtHandle_t lt;
     void *lt_ws_routed, *lt_ws_sinks;
     moe_cuda_lt_plan gate_plan, sink1_plan, sink2_plan;
+    moe_cuda_lt_plan sink1_tail_plan; /* the sinks' GEMM1 on a last, shorter piece */
     /* resident weights */
     uint16_t *gate_w;   /* [G, D], then zero rows up to moe_cuda_gate_rows(G) */
     float *gate_bias;   /* [R] or NULL */
@@ -248,6 +251,7 @@ void cuda_destroy(void *p) {
     cudaFree(s->lt_ws_sinks);
     moe_cuda_lt_plan_free(&s->gate_plan);
     moe_cuda_lt_plan_free(&s->sink1_plan);
+    moe_cuda_lt_plan_free(&s->sink1_tail_plan);
     moe_cuda_lt_plan_free(&s->sink2_plan);
     if (s->lt) cublasLtDestroy(s->lt);
     if (s->x_ready) cudaEventDestroy(s->x_ready);
@@ -255,8 +259,10 @@ void cuda_destroy(void *p) {
     if (s->sinks_done) cudaEventDestroy(s->sinks_done);
     if (s->caller_ready) cudaEventDestroy(s->caller_ready);
     if (s->layer_done) cudaEventDestroy(s->layer_done);
-    for (int i = 0; i < STAGING_CHUNKS; i++)
+    for (int i = 0; i < STAGING_CHUNKS; i++) {
         if (s->out_landed[i]) cudaEventDestroy(s->out_landed[i]);
+        if (s->x_landed[i]) cudaEventDestroy(s->x_landed[i]);
+    }
     for (int i = 0; i < EV_COUNT; i++)
         if (s->timing[i]) cudaEventDestroy(s->timing[i]);
     if (s->routed) cudaStreamDestroy(s->routed);
@@ -378,8 +384,10 @@ moe_status create_variant(moe_cuda_variant variant, const moe_shard *sh, const m
     CREATE_TRY(cudaEventCreateWithFlags(&s->sinks_done, cudaEventDisableTiming));
     CREATE_TRY(cudaEventCreateWithFlags(&s->caller_ready, cudaEventDisableTiming));
     CREATE_TRY(cudaEventCreateWithFlags(&s->layer_done, cudaEventDisableTiming));
-    for (int i = 0; i < STAGING_CHUNKS; i++)
+    for (int i = 0; i < STAGING_CHUNKS; i++) {
         CREATE_TRY(cudaEventCreateWithFlags(&s->out_landed[i], cudaEventDisableTiming));
+        CREATE_TRY(cudaEventCreateWithFlags(&s->x_landed[i], cudaEventDisableTiming));
+    }
     for (int i = 0; i < EV_COUNT; i++) CREATE_TRY(cudaEventCreate(&s->timing[i]));
     s->copy_threads = moe_copy_threads();
     CREATE_TRY(cudaMalloc(&s->lt_ws_routed, LT_WORKSPACE_BYTES));
@@ -535,12 +543,43 @@ bool sinks_beside_front(const cuda_state *s, int T, const uint16_t *x) {
            moe_cuda_sinks_small_fits(T, s->S * s->SIL, s->sink_w2, s->sink_h);
 }
 
+/* Tokens per piece of the sinks' GEMM1 at T tokens; 0: one GEMM. From SINK_PIECES_MIN_T the
+ * host call queues each piece as soon as its rows of x have landed, so that the sinks' GEMM1
+ * runs under the rest of the upload instead of after it (docs/perf-cuda.md, forty-first run);
+ * the device entry runs the same pieces one after the other, so both calls give the same bits.
+ * A piece is a multiple of 128 tokens (its rows of x and of g, u start 256-byte aligned, as
+ * cuBLASLt's algorithm assumes), STAGING_CHUNKS pieces at most. */
+int sink_piece_tokens(const cuda_state *s, int T) {
+    if (T < SINK_PIECES_MIN_T || s->S == 0 || s->SIL == 0) return 0;
+    const int per_chunk = (T + STAGING_CHUNKS - 1) / STAGING_CHUNKS;
+    return (per_chunk + 127) / 128 * 128;
+}
+
+int sink_pieces(const cuda_state *s, int T) {
+    const int P = sink_piece_tokens(s, T);
+    return P ? (T + P - 1) / P : 1;
+}
+
+/* Piece i of the sinks' GEMM1 at T tokens on the sinks stream: g, u [n, S*2*SIL] of tokens
+ * [i*P, i*P + n) of x [T, D], P = sink_piece_tokens (the whole of x when P = 0). */
+moe_status sink_gemm1_piece(cuda_state *s, int T, int i, const uint16_t *x, moe_error *err) {
+    const int P = sink_piece_tokens(s, T), N = s->S * 2 * s->SIL;
+    const int t0 = P ? i * P : 0, n = P ? (T - t0 < P ? T - t0 : P) : T;
+    moe_cuda_lt_plan *plan = n == P || P == 0 ? &s->sink1_plan : &s->sink1_tail_plan;
+    TRY(moe_cuda_lt_plan_for(s->lt, plan, N, s->D, n, CUDA_R_16BF, sink_sms(s, T),
+                             LT_WORKSPACE_BYTES, err));
+    return moe_cuda_lt_run(s->lt, plan, s->sink_w13, x + (size_t)t0 * s->D,
+                           s->sink_gu + (size_t)t0 * N, s->lt_ws_sinks, LT_WORKSPACE_BYTES,
+                           s->sinks, err);
+}
+
 /* The sink chain on the sinks stream; x [T, D] on the device. beside (sinks_beside_front): the
  * sinks' GEMM1 was queued on the routed stream beside the front end, before route_ready, and
  * GEMM2 runs on the small kernel too (cuBLASLt's, planned for 80 multiprocessors, was 2-4 us
- * slower at T = 4 and 7-10 at T = 8). */
-moe_status run_sinks(cuda_state *s, int T, const uint16_t *x, bool beside, bool timed,
-                     moe_error *err) {
+ * slower at T = 4 and 7-10 at T = 8). gemm1_queued: the host call queued the sinks' GEMM1 in
+ * pieces as x landed (upload_x). */
+moe_status run_sinks(cuda_state *s, int T, const uint16_t *x, bool beside, bool gemm1_queued,
+                     bool timed, moe_error *err) {
     const int S = s->S, SIL = s->SIL, D = s->D;
     cudaStream_t st = s->sinks;
     CUDA_TRY(cudaStreamWaitEvent(st, s->x_ready, 0));
@@ -554,8 +593,8 @@ moe_status run_sinks(cuda_state *s, int T, const uint16_t *x, bool beside, bool 
         CUDA_TRY(cudaEventRecord(s->sinks_done, st));
         return MOE_OK;
     }
-    TRY(mark(s, timed, EV_SINK_START, st, err));
     if (S == 0 || SIL == 0) {
+        TRY(mark(s, timed, EV_SINK_START, st, err));
         CUDA_TRY(cudaMemsetAsync(s->sink_y, 0, (size_t)T * D * sizeof(float), st));
         TRY(mark(s, timed, EV_SINK_GEMM1, st, err));
         CUDA_TRY(cudaStreamWaitEvent(st, s->route_ready, 0));
@@ -564,11 +603,11 @@ moe_status run_sinks(cuda_state *s, int T, const uint16_t *x, bool beside, bool 
         CUDA_TRY(cudaEventRecord(s->sinks_done, st));
         return MOE_OK;
     }
-    TRY(moe_cuda_lt_plan_for(s->lt, &s->sink1_plan, S * 2 * SIL, D, T, CUDA_R_16BF, sink_sms(s, T),
-                             LT_WORKSPACE_BYTES, err));
-    TRY(moe_cuda_lt_run(s->lt, &s->sink1_plan, s->sink_w13, x, s->sink_gu, s->lt_ws_sinks,
-                        LT_WORKSPACE_BYTES, st, err));
-    TRY(mark(s, timed, EV_SINK_GEMM1, st, err));
+    if (!gemm1_queued) {
+        TRY(mark(s, timed, EV_SINK_START, st, err));
+        for (int i = 0; i < sink_pieces(s, T); i++) TRY(sink_gemm1_piece(s, T, i, x, err));
+        TRY(mark(s, timed, EV_SINK_GEMM1, st, err));
+    }
     CUDA_TRY(cudaStreamWaitEvent(st, s->route_ready, 0)); /* the gammas */
     TRY(moe_cuda_sink_swiglu(st, T, s->K, S, SIL, s->sink_gu, s->weights, s->sink_h, err));
     TRY(mark(s, timed, EV_SINK_SWIGLU, st, err));
@@ -651,15 +690,27 @@ size_t staging_chunk(size_t bytes) {
 
 /* x [T, D] host -> s->x through the staging: the host copies piece i + 1 while piece i is on
  * its way. (Each thread sending on the pieces it copied, with no barrier between pieces, was
- * no faster and far less steady: docs/perf-cuda.md.) */
-moe_status upload_x(cuda_state *s, int T, const uint16_t *x, moe_error *err) {
-    const size_t bytes = (size_t)T * s->D * 2, chunk = staging_chunk(bytes);
-    for (size_t o = 0; o < bytes; o += chunk) {
+ * no faster and far less steady: docs/perf-cuda.md.) Where the sinks' GEMM1 runs in pieces
+ * (sink_piece_tokens), x goes up in the same pieces and each piece's GEMM1 is queued on the
+ * sinks stream behind its landing; returns whether it was. */
+moe_status upload_x(cuda_state *s, int T, const uint16_t *x, bool timed, bool *gemm1_queued,
+                    moe_error *err) {
+    const int P = sink_piece_tokens(s, T);
+    const size_t bytes = (size_t)T * s->D * 2;
+    const size_t chunk = P ? (size_t)P * s->D * 2 : staging_chunk(bytes);
+    for (size_t o = 0, i = 0; o < bytes; o += chunk, i++) {
         const size_t n = bytes - o < chunk ? bytes - o : chunk;
         moe_copy_parallel((char *)s->x_host + o, (const char *)x + o, n, s->copy_threads);
         CUDA_TRY(cudaMemcpyAsync((char *)s->x + o, (const char *)s->x_host + o, n,
                                  cudaMemcpyHostToDevice, s->routed));
+        if (!P) continue;
+        CUDA_TRY(cudaEventRecord(s->x_landed[i], s->routed));
+        CUDA_TRY(cudaStreamWaitEvent(s->sinks, s->x_landed[i], 0));
+        if (i == 0) TRY(mark(s, timed, EV_SINK_START, s->sinks, err));
+        TRY(sink_gemm1_piece(s, T, (int)i, s->x, err));
     }
+    if (P) TRY(mark(s, timed, EV_SINK_GEMM1, s->sinks, err));
+    *gemm1_queued = P > 0;
     return MOE_OK;
 }
 
@@ -746,7 +797,7 @@ const expert_kernels *expert_kernels_for(const cuda_state *s, int T) {
  * whose download then carries half the bytes); the workspace holds T tokens. Timing events
  * EV_GATE .. EV_COMBINE. */
 moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, uint16_t *out16,
-                     bool timed, moe_error *err) {
+                     bool sink_gemm1_queued, bool timed, moe_error *err) {
     const int D = s->D, K = s->K, S = s->S;
     cudaStream_t st = s->routed;
     CUDA_TRY(cudaEventRecord(s->x_ready, st));
@@ -787,7 +838,7 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, uint16
     CUDA_TRY(cudaEventRecord(s->route_ready, st));
     TRY(mark(s, timed, EV_ROUTE, st, err));
 
-    TRY(run_sinks(s, T, x, beside, timed, err));
+    TRY(run_sinks(s, T, x, beside, sink_gemm1_queued, timed, err));
 
     if (!grouped)
         TRY(moe_cuda_group(st, T, K, s->E, s->expert_first, kern->tile_m, s->ids, s->bad,
@@ -843,9 +894,10 @@ moe_status forward_impl(cuda_state *s, int T, const uint16_t *x, float *out, moe
     cudaStream_t st = s->routed;
 
     TRY(mark(s, timed, EV_BEGIN, st, err));
-    TRY(upload_x(s, T, x, err));
+    bool sink_gemm1_queued = false;
+    TRY(upload_x(s, T, x, timed, &sink_gemm1_queued, err));
     TRY(mark(s, timed, EV_UPLOAD, st, err));
-    TRY(run_layer(s, T, s->x, NULL, (uint16_t *)s->out, timed, err));
+    TRY(run_layer(s, T, s->x, NULL, (uint16_t *)s->out, sink_gemm1_queued, timed, err));
     if (stg) TRY(copy_stages(s, T, stg, err));
     TRY(queue_download(s, T, err));
     TRY(mark(s, timed, EV_DOWNLOAD, st, err));
@@ -886,7 +938,7 @@ moe_status capture_layer(cuda_state *s, int T, const uint16_t *x, float *out,
         if (replaces_sooner) slot = g;
     }
     CUDA_TRY(cudaStreamBeginCapture(s->routed, cudaStreamCaptureModeRelaxed));
-    moe_status st = run_layer(s, T, x, out, NULL, false, err);
+    moe_status st = run_layer(s, T, x, out, NULL, false, false, err);
     cudaGraph_t g = NULL;
     const cudaError_t ended = cudaStreamEndCapture(s->routed, &g);
     if (!st && ended != cudaSuccess)
@@ -943,7 +995,7 @@ moe_status forward_device(cuda_state *s, int T, const uint16_t *x_dev, float *ou
         x = s->x;
     }
     if (timed) {
-        TRY(run_layer(s, T, x, out_dev, NULL, timed, err));
+        TRY(run_layer(s, T, x, out_dev, NULL, false, timed, err));
     } else {
         cudaGraphExec_t graph = NULL;
         TRY(capture_layer(s, T, x, out_dev, &graph, err));

@@ -25,10 +25,12 @@ typedef struct {
     float gemm2;       /* routed GEMM2 */
     float combine;     /* wait for the sinks, then weighted sum and rounding */
     float download;    /* out device -> pinned staging (the host's copies out overlap it) */
-    float sink_gemm1;  /* sink GEMM1 (cuBLASLt), from the upload's end */
+    float sink_gemm1;  /* sink GEMM1 (cuBLASLt), from the upload's end, or from its first
+                          piece's landing where it runs in pieces under the upload */
     float sink_swiglu; /* waits for the routing, then the sink SwiGLU epilogue */
     float sink_gemm2;  /* sink GEMM2 (cuBLASLt) */
-    float device;      /* upload's end to combine's end: the layer on the device */
+    float device;      /* upload's end to combine's end: the layer on the device (less the
+                          sinks' GEMM1 where it runs in pieces under the upload) */
 } moe_cuda_stage_times;
 
 /* One forward call like moe_backend_cuda.forward (no stages), timing each stage. */
