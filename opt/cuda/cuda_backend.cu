@@ -10,15 +10,18 @@
  *     then the per-token workspace is freed and allocated again for the new T (cudaFree and
  *     cudaMalloc synchronise the device; later calls with T at most that size allocate nothing);
  *     a new workspace is filled with 0xFF bytes (NaN), so reading an unwritten element shows;
- *   - the host waits only at the end of forward(), for the copies back (stage copies and the
- *     output are queued on the routed stream; pageable copies complete before returning);
+ *   - the host waits only at the end of forward(), for the copies back (stage copies on the
+ *     routed stream, the output on the download stream; pageable copies complete before
+ *     returning);
  *   - x and out cross the bus through pinned staging buffers (grown with T like the workspace,
  *     freed in destroy), with up to moe_copy_threads() threads copying (common/host_copy.h):
  *     one thread's copies were three quarters of the host call at T = 4096. Both go in at most
  *     STAGING_CHUNKS pieces, so that the host's copy of one piece overlaps the DMA of the next;
  *     out comes down as bf16 patterns (every output value is a bf16 value, contract.md
  *     [precision.serving]: half the bytes of fp32), each piece widened to fp32 into the
- *     caller's out;
+ *     caller's out. The combine runs in out's pieces, each piece's DMA (on a stream of its
+ *     own) beside the next pieces' combine; from SINK_PIECES_MIN_T tokens the sinks' GEMM1 runs
+ *     in x's pieces, each as soon as its piece has landed, under the rest of the upload;
  *   - moe_cuda_forward_device (cuda_layer.h) runs the same chain on x and out already on the
  *     device: no staging, no upload or download, ordered after and before the caller's stream
  *     by events (or waited for when the caller gives no stream). It launches the chain as one
@@ -83,8 +86,10 @@ struct cuda_state {
     int D, R, K, S, G, IL, SIL, E, expert_first;
     moe_cuda_variant variant; /* which expert GEMM kernels (cuda_internal.h) */
     cudaStream_t routed, sinks;
+    cudaStream_t download; /* the host call's DMAs of out, beside the combine's later pieces */
     cudaEvent_t x_ready, route_ready, sinks_done;
     cudaEvent_t caller_ready, layer_done;     /* the device entry's joins with the caller's stream */
+    cudaEvent_t out_combined[STAGING_CHUNKS]; /* each piece of out formed (the host call's) */
     cudaEvent_t out_landed[STAGING_CHUNKS];   /* each piece of out in the staging */
     cudaEvent_t x_landed[STAGING_CHUNKS];     /* each piece of x on the device (sinks' pieces) */
     int copy_threads; /* the host's copies into and out of the staging (common/host_copy.h) */
@@ -227,6 +232,7 @@ void cuda_destroy(void *p) {
     cudaSetDevice(s->device);
     if (s->routed) cudaStreamSynchronize(s->routed);
     if (s->sinks) cudaStreamSynchronize(s->sinks);
+    if (s->download) cudaStreamSynchronize(s->download);
     free_workspace(s);
     cudaFreeHost(s->staging);
     cudaFree(s->stage);
@@ -260,6 +266,7 @@ void cuda_destroy(void *p) {
     if (s->caller_ready) cudaEventDestroy(s->caller_ready);
     if (s->layer_done) cudaEventDestroy(s->layer_done);
     for (int i = 0; i < STAGING_CHUNKS; i++) {
+        if (s->out_combined[i]) cudaEventDestroy(s->out_combined[i]);
         if (s->out_landed[i]) cudaEventDestroy(s->out_landed[i]);
         if (s->x_landed[i]) cudaEventDestroy(s->x_landed[i]);
     }
@@ -267,6 +274,7 @@ void cuda_destroy(void *p) {
         if (s->timing[i]) cudaEventDestroy(s->timing[i]);
     if (s->routed) cudaStreamDestroy(s->routed);
     if (s->sinks) cudaStreamDestroy(s->sinks);
+    if (s->download) cudaStreamDestroy(s->download);
     free(s);
 }
 
@@ -379,12 +387,14 @@ moe_status create_variant(moe_cuda_variant variant, const moe_shard *sh, const m
     CREATE_TRY(cudaDeviceGetStreamPriorityRange(&s->priority_low, &s->priority_high));
     CREATE_TRY(cudaStreamCreateWithPriority(&s->routed, cudaStreamNonBlocking, s->priority_high));
     CREATE_TRY(cudaStreamCreateWithPriority(&s->sinks, cudaStreamNonBlocking, s->priority_low));
+    CREATE_TRY(cudaStreamCreateWithFlags(&s->download, cudaStreamNonBlocking));
     CREATE_TRY(cudaEventCreateWithFlags(&s->x_ready, cudaEventDisableTiming));
     CREATE_TRY(cudaEventCreateWithFlags(&s->route_ready, cudaEventDisableTiming));
     CREATE_TRY(cudaEventCreateWithFlags(&s->sinks_done, cudaEventDisableTiming));
     CREATE_TRY(cudaEventCreateWithFlags(&s->caller_ready, cudaEventDisableTiming));
     CREATE_TRY(cudaEventCreateWithFlags(&s->layer_done, cudaEventDisableTiming));
     for (int i = 0; i < STAGING_CHUNKS; i++) {
+        CREATE_TRY(cudaEventCreateWithFlags(&s->out_combined[i], cudaEventDisableTiming));
         CREATE_TRY(cudaEventCreateWithFlags(&s->out_landed[i], cudaEventDisableTiming));
         CREATE_TRY(cudaEventCreateWithFlags(&s->x_landed[i], cudaEventDisableTiming));
     }
@@ -664,6 +674,7 @@ moe_status copy_stages(cuda_state *s, int T, moe_stages *stg, moe_error *err) {
 moe_status ensure_staging(cuda_state *s, int T, moe_error *err) {
     if (T <= s->staging_T) return MOE_OK;
     CUDA_TRY(cudaStreamSynchronize(s->routed)); /* no copy still reads the old buffers */
+    CUDA_TRY(cudaStreamSynchronize(s->download));
     cudaFreeHost(s->staging);
     s->staging = NULL;
     s->staging_T = 0;
@@ -714,15 +725,27 @@ moe_status upload_x(cuda_state *s, int T, const uint16_t *x, bool timed, bool *g
     return MOE_OK;
 }
 
+/* Tokens per piece of out in the host call, for the combine, the download and the widening:
+ * STAGING_CHUNKS pieces at most, none below STAGING_MIN_CHUNK bytes (as the upload's). */
+int out_piece_tokens(const cuda_state *s, int T) {
+    const size_t row = (size_t)s->D * 2;
+    const int per_chunk = (T + STAGING_CHUNKS - 1) / STAGING_CHUNKS;
+    const int least = (int)((STAGING_MIN_CHUNK + row - 1) / row);
+    return per_chunk > least ? per_chunk : least;
+}
+
 /* Queues out [T, D] (bf16 patterns in s->out, as the host call's combine writes them) -> the
- * staging, piece i followed by event out_landed[i]. */
+ * staging on the download stream, piece i after event out_combined[i] (run_layer) and followed
+ * by event out_landed[i]: a piece crosses the bus while the next is being formed. */
 moe_status queue_download(cuda_state *s, int T, moe_error *err) {
-    const size_t bytes = (size_t)T * s->D * 2, chunk = staging_chunk(bytes);
-    for (size_t o = 0, i = 0; o < bytes; o += chunk, i++) {
-        const size_t n = bytes - o < chunk ? bytes - o : chunk;
+    const size_t row = (size_t)s->D * 2;
+    const int P = out_piece_tokens(s, T);
+    for (int t0 = 0, i = 0; t0 < T; t0 += P, i++) {
+        const size_t o = (size_t)t0 * row, n = (size_t)(T - t0 < P ? T - t0 : P) * row;
+        CUDA_TRY(cudaStreamWaitEvent(s->download, s->out_combined[i], 0));
         CUDA_TRY(cudaMemcpyAsync((char *)s->out_host + o, (const char *)s->out + o, n,
-                                 cudaMemcpyDeviceToHost, s->routed));
-        CUDA_TRY(cudaEventRecord(s->out_landed[i], s->routed));
+                                 cudaMemcpyDeviceToHost, s->download));
+        CUDA_TRY(cudaEventRecord(s->out_landed[i], s->download));
     }
     return MOE_OK;
 }
@@ -730,11 +753,12 @@ moe_status queue_download(cuda_state *s, int T, moe_error *err) {
 /* The staging's bf16 -> out [T, D] fp32 host (exact), each piece as soon as it has landed
  * (the next is still on its way). */
 moe_status finish_download(cuda_state *s, int T, float *out, moe_error *err) {
-    const size_t bytes = (size_t)T * s->D * 2, chunk = staging_chunk(bytes);
-    for (size_t o = 0, i = 0; o < bytes; o += chunk, i++) {
-        const size_t n = bytes - o < chunk ? bytes - o : chunk;
+    const size_t D = (size_t)s->D;
+    const int P = out_piece_tokens(s, T);
+    for (int t0 = 0, i = 0; t0 < T; t0 += P, i++) {
+        const size_t o = (size_t)t0 * D, n = (size_t)(T - t0 < P ? T - t0 : P) * D;
         CUDA_TRY(cudaEventSynchronize(s->out_landed[i]));
-        moe_widen_bf16_parallel(out + o / 2, s->out_host + o / 2, n / 2, s->copy_threads);
+        moe_widen_bf16_parallel(out + o, s->out_host + o, n, s->copy_threads);
     }
     return MOE_OK;
 }
@@ -852,8 +876,22 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, uint16
     TRY(mark(s, timed, EV_GEMM2, st, err));
 
     CUDA_TRY(cudaStreamWaitEvent(st, s->sinks_done, 0));
-    TRY(moe_cuda_combine(st, T, D, K, S, s->E, s->expert_first, s->ids, s->weights, s->bad, s->y,
-                         S > 0 && s->SIL > 0 ? s->sink_y : NULL, out, out16, err));
+    const float *sink_y = S > 0 && s->SIL > 0 ? s->sink_y : NULL;
+    if (!out16) {
+        TRY(moe_cuda_combine(st, T, D, K, S, s->E, s->expert_first, s->ids, s->weights, s->bad,
+                             s->y, sink_y, out, NULL, err));
+    } else { /* the host call's, in out's pieces, each followed by its event (queue_download);
+                a token's sum is the same whatever the launch it is in */
+        const int P = out_piece_tokens(s, T);
+        for (int t0 = 0, i = 0; t0 < T; t0 += P, i++) {
+            const size_t t = (size_t)t0;
+            TRY(moe_cuda_combine(st, T - t0 < P ? T - t0 : P, D, K, S, s->E, s->expert_first,
+                                 s->ids + t * K, s->weights + t * (K + S), s->bad + t,
+                                 s->y + t * K * D, sink_y ? sink_y + t * D : NULL, NULL,
+                                 out16 + t * D, err));
+            CUDA_TRY(cudaEventRecord(s->out_combined[i], st));
+        }
+    }
     TRY(mark(s, timed, EV_COMBINE, st, err));
     return MOE_OK;
 }
@@ -900,7 +938,7 @@ moe_status forward_impl(cuda_state *s, int T, const uint16_t *x, float *out, moe
     TRY(run_layer(s, T, s->x, NULL, (uint16_t *)s->out, sink_gemm1_queued, timed, err));
     if (stg) TRY(copy_stages(s, T, stg, err));
     TRY(queue_download(s, T, err));
-    TRY(mark(s, timed, EV_DOWNLOAD, st, err));
+    TRY(mark(s, timed, EV_DOWNLOAD, s->download, err));
     TRY(finish_download(s, T, out, err));
     CUDA_TRY(cudaStreamSynchronize(st));
 
