@@ -303,8 +303,8 @@ static int run_variant(const lab_plan *p, const lab_timer *tm, const moe_layer_d
                     us_of[LAB_DEVICE_CALL] / us_of[LAB_SERVING_DEVICE]);
         /* the host call's bound at large T (docs/perf-cuda.md): no more than the layer plus its
          * transfers at pinned-memory speed. The layer is the serving graph's interval: the timed
-         * call's "layer on device" starts at the upload's end, and from SINK_PIECES_MIN_T tokens
-         * the sinks' GEMM1 runs before that (opt/cuda/cuda_backend.cu) */
+         * call's "layer on device" starts at the upload's end, and from 1024 tokens the sinks'
+         * GEMM1 runs before that (opt/cuda/cuda_backend.cu, sink_piece_tokens) */
         const double bound_us =
             us_of[LAB_SERVING_DEVICE] + us_of[LAB_PINNED_UPLOAD] + us_of[LAB_PINNED_DOWNLOAD];
         if (tm->pinned_dma && bound_us > 0)

@@ -20,8 +20,9 @@
  *     out comes down as bf16 patterns (every output value is a bf16 value, contract.md
  *     [precision.serving]: half the bytes of fp32), each piece widened to fp32 into the
  *     caller's out. The combine runs in out's pieces, each piece's DMA (on a stream of its
- *     own) beside the next pieces' combine; from SINK_PIECES_MIN_T tokens the sinks' GEMM1 runs
- *     in x's pieces, each as soon as its piece has landed, under the rest of the upload;
+ *     own) beside the next pieces' combine; from 2 * SINK_PIECE_MIN_TOKENS tokens the sinks'
+ *     GEMM1 runs in x's pieces, each as soon as its piece has landed, under the rest of the
+ *     upload;
  *   - moe_cuda_forward_device (cuda_layer.h) runs the same chain on x and out already on the
  *     device: no staging, no upload or download, ordered after and before the caller's stream
  *     by events (or waited for when the caller gives no stream). It launches the chain as one
@@ -61,7 +62,9 @@
 #define STAGING_CHUNKS 8                   /* pieces of an x upload or out download at most (16 and
                                               32 were slower at T = 4096: device-notes) */
 #define STAGING_MIN_CHUNK ((size_t)1 << 20) /* smaller pieces cost more in calls than they save */
-#define SINK_PIECES_MIN_T 2048 /* from here the sinks' GEMM1 runs in pieces (sink_piece_tokens) */
+#ifndef SINK_PIECE_MIN_TOKENS
+#define SINK_PIECE_MIN_TOKENS 512 /* tokens of a piece of the sinks' GEMM1 at least (sink_piece_tokens) */
+#endif
 #define LT_ALIGN 256 /* cuBLASLt picks its algorithm for operands aligned this far (its default) */
 #define GRAPH_CACHE 8 /* captured layers the device entry keeps, one per (T, x, out): a caller
                          that cycles through a few buffers launches a kept graph (4-5 us of host
@@ -553,16 +556,19 @@ bool sinks_beside_front(const cuda_state *s, int T, const uint16_t *x) {
            moe_cuda_sinks_small_fits(T, s->S * s->SIL, s->sink_w2, s->sink_h);
 }
 
-/* Tokens per piece of the sinks' GEMM1 at T tokens; 0: one GEMM. From SINK_PIECES_MIN_T the
- * host call queues each piece as soon as its rows of x have landed, so that the sinks' GEMM1
- * runs under the rest of the upload instead of after it (docs/perf-cuda.md, forty-first run);
- * the device entry runs the same pieces one after the other, so both calls give the same bits.
- * A piece is a multiple of 128 tokens (its rows of x and of g, u start 256-byte aligned, as
- * cuBLASLt's algorithm assumes), STAGING_CHUNKS pieces at most. */
+/* Tokens per piece of the sinks' GEMM1 at T tokens; 0: one GEMM. Where there are two pieces
+ * or more, the host call queues each piece as soon as its rows of x have landed, so that the
+ * sinks' GEMM1 runs under the rest of the upload instead of after it (docs/perf-cuda.md,
+ * forty-first run); the device entry runs the same pieces one after the other, so both calls
+ * give the same bits. A piece is a multiple of 128 tokens (its rows of x and of g, u start
+ * 256-byte aligned, as cuBLASLt's algorithm assumes), STAGING_CHUNKS pieces at most, and at
+ * least SINK_PIECE_MIN_TOKENS: pieces of 256 tokens made the serving graph at T = 2048 3 %
+ * slower on an H100, half the multiprocessors idle beside each. */
 int sink_piece_tokens(const cuda_state *s, int T) {
-    if (T < SINK_PIECES_MIN_T || s->S == 0 || s->SIL == 0) return 0;
-    const int per_chunk = (T + STAGING_CHUNKS - 1) / STAGING_CHUNKS;
-    return (per_chunk + 127) / 128 * 128;
+    if (s->S == 0 || s->SIL == 0) return 0;
+    const int per_chunk = ((T + STAGING_CHUNKS - 1) / STAGING_CHUNKS + 127) / 128 * 128;
+    const int P = per_chunk > SINK_PIECE_MIN_TOKENS ? per_chunk : SINK_PIECE_MIN_TOKENS;
+    return T >= 2 * P ? P : 0;
 }
 
 int sink_pieces(const cuda_state *s, int T) {
