@@ -534,7 +534,10 @@ static void test_device_entry_matches_host_entry(void **state) {
     (void)state;
     skip_without_gpu();
     static const moe_routed_format formats[3] = {MOE_ROUTED_MXFP4, MOE_ROUTED_BF16, MOE_ROUTED_NVFP4};
-    static const int Ts[] = {1, 8, 33, 200, 2300}; /* 2300: the sinks' GEMM1 in pieces */
+    /* 2300: the sinks' GEMM1 in pieces; 11000: out's combine and download in three pieces
+     * (at least 1 MB each), the last short */
+    static const int Ts[] = {1, 8, 33, 200, 2300, 11000};
+    enum { T_MAX = 11000 };
     for (int f = 0; f < 3; f++) {
         moe_config c = {96, 64, 24, 4, 2, 8.0f, true, true, formats[f]};
         const int D = c.D;
@@ -546,8 +549,8 @@ static void test_device_entry_matches_host_entry(void **state) {
         moe_layer *host = NULL, *dev = NULL;
         assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &host, &err), MOE_OK);
         assert_int_equal(moe_layer_create(&moe_backend_cuda, &sh, &o, &dev, &err), MOE_OK);
-        uint16_t *x = malloc(sizeof(uint16_t) * 2300 * 96);
-        float *want = malloc(sizeof(float) * 2300 * 96), *got = malloc(sizeof(float) * 2300 * 96);
+        uint16_t *x = malloc(sizeof(uint16_t) * T_MAX * 96);
+        float *want = malloc(sizeof(float) * T_MAX * 96), *got = malloc(sizeof(float) * T_MAX * 96);
         assert_true(x && want && got);
         for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
             const int T = Ts[i];
