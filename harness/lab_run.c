@@ -6,7 +6,8 @@
  *     the contract's envelope (compare.h): logits, ids (near-ties judged), weights, output; the
  *     reference runs once per T for every variant;
  *   - timed: 3 warm-up calls, then `iters` calls, each after the backend overwrites 256 MB
- *     (past the 50 MB L2) and on one of LAB_ROTATE inputs in turn; the median (and for the
+ *     (past the 50 MB L2) and on one of LAB_ROTATE inputs in turn, the variants' calls
+ *     interleaved (run_tokens); the median (and for the
  *     spread the 10th and 90th percentiles) of each stage's
  *     CUDA event interval (opt/cuda/cuda_profile.h), and of the host's wall clock of the same
  *     call made as a caller makes it (no stage events);
@@ -160,160 +161,233 @@ static void print_timeline(const lab_timer *tm, const moe_backend *be, void *sta
 /* The pinned-DMA stages, measured only by a timer that can. */
 static bool is_pinned_dma(int s) { return s == LAB_PINNED_UPLOAD || s == LAB_PINNED_DOWNLOAD; }
 
-/* Times `iters` calls (after 3 warm-up calls) of each kind, each after an L2 flush and on the
+/* One variant's timing at one T (timing_open .. timing_close): its device buffers, the samples
+ * [LAB_STAGE_COUNT][iters] in ms, and out2 [T, D], the last host call's output. */
+typedef struct {
+    const moe_backend *be;
+    void *state;
+    void *x_dev[LAB_ROTATE], *out_dev;
+    float *samples, *out2;
+    moe_status st; /* the first failure of its calls (then no more are made) */
+    moe_error err;
+} lab_timing;
+
+static void timing_free(const lab_timer *tm, lab_timing *t) {
+    for (int r = 0; r < LAB_ROTATE; r++)
+        if (t->x_dev[r]) tm->dev_free(t->x_dev[r]);
+    if (t->out_dev) tm->dev_free(t->out_dev);
+    free(t->samples);
+    free(t->out2);
+    memset(t->x_dev, 0, sizeof t->x_dev);
+    t->out_dev = NULL, t->samples = NULL, t->out2 = NULL;
+}
+
+/* The buffers of one variant's timed calls at the batch's T. A failure is kept in t->st. */
+static void timing_open(const lab_timer *tm, const moe_backend *be, void *state, const lab_batch *b,
+                        int D, int iters, lab_timing *t) {
+    memset(t, 0, sizeof *t);
+    moe_error_clear(&t->err);
+    t->be = be, t->state = state;
+    const int T = b->c.T;
+    const size_t x_bytes = sizeof(uint16_t) * (size_t)T * D, out_bytes = sizeof(float) * (size_t)T * D;
+    t->samples = calloc((size_t)iters * LAB_STAGE_COUNT, sizeof(float));
+    t->out2 = malloc(out_bytes + 1);
+    if (!t->samples || !t->out2) t->st = moe_fail(&t->err, MOE_ERR_NOMEM, "lab: out of memory at T = %d", T);
+    if (!t->st) t->st = tm->dev_alloc(&t->out_dev, out_bytes, NULL, &t->err);
+    for (int r = 0; r < LAB_ROTATE && !t->st; r++) t->st = tm->dev_alloc(&t->x_dev[r], x_bytes, b->x[r], &t->err);
+}
+
+/* Call `it` of one variant (it < 0: a warm-up call), each kind after an L2 flush and on the
  * next of the batch's inputs: from host memory with the stage events, from host memory as a
  * caller makes the call (the host's clock: the stage events' own records and waits would
  * lengthen it), on device pointers (the host's clock), and on device pointers again (the
- * device's interval of the serving graph). samples [LAB_STAGE_COUNT][iters] in ms; out2 [T, D]
- * gets the last host call's output, and *same whether the last device call gave the same
- * bits. */
-static moe_status time_calls(const lab_timer *tm, const moe_backend *be, void *state,
-                             const lab_batch *b, int D, int iters, float *samples, float *out2,
-                             bool *same, FILE *timeline, moe_error *err) {
-    const int T = b->c.T;
-    const size_t x_bytes = sizeof(uint16_t) * (size_t)T * D, out_bytes = sizeof(float) * (size_t)T * D;
-    void *x_dev[LAB_ROTATE] = {NULL}, *out_dev = NULL;
-    float *out3 = malloc(out_bytes + 1);
-    moe_status st = out3 ? MOE_OK : moe_fail(err, MOE_ERR_NOMEM, "lab: out of memory at T = %d", T);
-    if (!st) st = tm->dev_alloc(&out_dev, out_bytes, NULL, err);
-    for (int r = 0; r < LAB_ROTATE && !st; r++) st = tm->dev_alloc(&x_dev[r], x_bytes, b->x[r], err);
-    for (int it = -3; it < iters && !st; it++) {
-        float ms[LAB_DEVICE + 1];
-        const int r = (it + 3) % LAB_ROTATE;
-        st = tm->flush(be, state, err);
-        if (!st) st = tm->call(be, state, T, b->x[r], out2, ms, err);
-        if (!st) st = tm->flush(be, state, err);
-        const double w0 = fuzz_now();
-        if (!st) st = tm->call(be, state, T, b->x[r], out2, NULL, err);
-        const double w1 = fuzz_now();
-        if (!st) st = tm->flush(be, state, err);
-        const double w2 = fuzz_now();
-        if (!st) st = tm->call_on_device(be, state, T, x_dev[r], out_dev, NULL, err);
-        const double w3 = fuzz_now();
-        float serving_ms = 0.0f, dma_ms[2] = {0.0f, 0.0f};
-        if (!st) st = tm->flush(be, state, err);
-        if (!st) st = tm->call_on_device(be, state, T, x_dev[r], out_dev, &serving_ms, err);
-        if (!st && tm->pinned_dma) st = tm->pinned_dma(be, state, T, dma_ms, err);
-        if (it < 0 || st) continue;
-        samples[(size_t)LAB_PINNED_UPLOAD * iters + it] = dma_ms[0];
-        samples[(size_t)LAB_PINNED_DOWNLOAD * iters + it] = dma_ms[1];
-        samples[(size_t)LAB_HOST * iters + it] = (float)((w1 - w0) * 1e3);
-        samples[(size_t)LAB_DEVICE_CALL * iters + it] = (float)((w3 - w2) * 1e3);
-        samples[(size_t)LAB_SERVING_DEVICE * iters + it] = serving_ms;
-        for (int s = 0; s <= LAB_DEVICE; s++) samples[(size_t)s * iters + it] = ms[s];
-    }
-    if (!st) st = tm->dev_read(out3, out_dev, out_bytes, err);
-    *same = !st && memcmp(out2, out3, out_bytes) == 0;
-    if (!st && timeline) print_timeline(tm, be, state, T, x_dev[0], out_dev, timeline);
-    for (int r = 0; r < LAB_ROTATE; r++)
-        if (x_dev[r]) tm->dev_free(x_dev[r]);
-    if (out_dev) tm->dev_free(out_dev);
-    free(out3);
-    return st;
+ * device's interval of the serving graph), then the pinned DMAs. */
+static void timing_step(const lab_timer *tm, const lab_batch *b, int it, int iters, lab_timing *t) {
+    if (t->st) return;
+    const int T = b->c.T, r = (it + 3) % LAB_ROTATE;
+    const moe_backend *be = t->be;
+    float ms[LAB_DEVICE + 1], serving_ms = 0.0f, dma_ms[2] = {0.0f, 0.0f};
+    moe_error *err = &t->err;
+    moe_status st = tm->flush(be, t->state, err);
+    if (!st) st = tm->call(be, t->state, T, b->x[r], t->out2, ms, err);
+    if (!st) st = tm->flush(be, t->state, err);
+    const double w0 = fuzz_now();
+    if (!st) st = tm->call(be, t->state, T, b->x[r], t->out2, NULL, err);
+    const double w1 = fuzz_now();
+    if (!st) st = tm->flush(be, t->state, err);
+    const double w2 = fuzz_now();
+    if (!st) st = tm->call_on_device(be, t->state, T, t->x_dev[r], t->out_dev, NULL, err);
+    const double w3 = fuzz_now();
+    if (!st) st = tm->flush(be, t->state, err);
+    if (!st) st = tm->call_on_device(be, t->state, T, t->x_dev[r], t->out_dev, &serving_ms, err);
+    if (!st && tm->pinned_dma) st = tm->pinned_dma(be, t->state, T, dma_ms, err);
+    t->st = st;
+    if (it < 0 || st) return;
+    float *samples = t->samples;
+    samples[(size_t)LAB_PINNED_UPLOAD * iters + it] = dma_ms[0];
+    samples[(size_t)LAB_PINNED_DOWNLOAD * iters + it] = dma_ms[1];
+    samples[(size_t)LAB_HOST * iters + it] = (float)((w1 - w0) * 1e3);
+    samples[(size_t)LAB_DEVICE_CALL * iters + it] = (float)((w3 - w2) * 1e3);
+    samples[(size_t)LAB_SERVING_DEVICE * iters + it] = serving_ms;
+    for (int s = 0; s <= LAB_DEVICE; s++) samples[(size_t)s * iters + it] = ms[s];
 }
 
-/* One variant at one T: determinism, the check (if asked), the timings. Returns 1 on a failure. */
-static int run_variant(const lab_plan *p, const lab_timer *tm, const moe_layer_data *ld,
-                       const moe_backend *be, void *state, lab_batch *b, bool check, FILE *out,
-                       FILE *csv) {
+/* After the last call: whether the last device call gave the host call's bits (*same), and the
+ * timeline, if asked for. A failure is kept in t->st. */
+static void timing_finish(const lab_timer *tm, const lab_batch *b, int D, bool *same, FILE *timeline,
+                          lab_timing *t) {
+    const int T = b->c.T;
+    const size_t out_bytes = sizeof(float) * (size_t)T * D;
+    float *out3 = t->st ? NULL : malloc(out_bytes + 1);
+    if (!t->st && !out3) t->st = moe_fail(&t->err, MOE_ERR_NOMEM, "lab: out of memory at T = %d", T);
+    if (!t->st) t->st = tm->dev_read(out3, t->out_dev, out_bytes, &t->err);
+    *same = !t->st && memcmp(t->out2, out3, out_bytes) == 0;
+    if (!t->st && timeline) print_timeline(tm, t->be, t->state, T, t->x_dev[0], t->out_dev, timeline);
+    free(out3);
+}
+
+/* What one variant's checks at one T found, for its report after the timed calls. */
+typedef struct {
+    int bad;      /* a check failed */
+    bool ran;     /* its forward call ran: it is timed */
+    int distinct; /* distinct experts its batch selected */
+    int *rows;    /* [R]: each expert's rows (NULL if out of memory) */
+} lab_checked;
+
+/* One variant at one T before its timing: its first call, determinism, the check (if asked). */
+static void check_variant(const lab_plan *p, const moe_layer_data *ld, const moe_backend *be,
+                          void *state, lab_batch *b, bool check, FILE *out, lab_checked *k) {
     const moe_config *c = &p->layer.cfg;
-    const int T = b->c.T, iters = p->iters;
+    const int T = b->c.T;
+    memset(k, 0, sizeof *k);
     fprintf(out, "T = %d, %s\n", T, be->name);
     moe_error err;
     moe_error_clear(&err);
     moe_run gpu;
     float *out2 = malloc(sizeof(float) * ((size_t)T * c->D + 1));
-    float *samples = malloc(sizeof(float) * (size_t)iters * LAB_STAGE_COUNT);
     moe_status st = gpu_run_alloc(c, be, T, &gpu, &err);
-    if (!st && (!out2 || !samples)) st = moe_fail(&err, MOE_ERR_NOMEM, "lab: out of memory at T = %d", T);
-    moe_stages stg = {gpu.logits, gpu.ids, gpu.weights, NULL, NULL, NULL, NULL, 0};
+    if (!st && !out2) {
+        moe_run_free(&gpu);
+        st = moe_fail(&err, MOE_ERR_NOMEM, "lab: out of memory at T = %d", T);
+    }
+    moe_stages stg = {st ? NULL : gpu.logits, st ? NULL : gpu.ids, st ? NULL : gpu.weights,
+                      NULL, NULL, NULL, NULL, 0};
     if (!st) st = be->forward(state, T, b->x[0], gpu.out, &stg, &err);
-    gpu.filled = stg.filled & (MOE_STAGE_LOGITS | MOE_STAGE_TOPK);
     if (st) {
         fprintf(out, "  FORWARD ERROR: %s\n", err.msg);
-        moe_run_free(&gpu);
+        if (gpu.out) moe_run_free(&gpu);
         free(out2);
-        free(samples);
-        return 1;
+        k->bad = 1;
+        return;
     }
-    int bad = 0, same = 1;
+    gpu.filled = stg.filled & (MOE_STAGE_LOGITS | MOE_STAGE_TOPK);
+    int same = 1;
     for (int r = 0; r < 5 && !st; r++) {
         st = be->forward(state, T, b->x[0], out2, NULL, &err);
         same = same && memcmp(gpu.out, out2, sizeof(float) * (size_t)T * c->D) == 0;
     }
     fprintf(out, "  five further runs bitwise identical: %s\n", st ? err.msg : same ? "yes" : "NO");
-    bad |= st || !same;
-
-    /* each expert's rows, and the distinct experts the batch selected (for the byte counts) */
-    int *rows = calloc((size_t)c->R, sizeof(int));
-    int distinct = 0;
-    for (size_t i = 0; rows && i < (size_t)T * c->K; i++)
-        if (gpu.ids[i] >= 0 && gpu.ids[i] < c->R) distinct += rows[gpu.ids[i]]++ == 0;
-    if (check) bad |= check_sample(p, ld, be, b, &gpu, out);
+    k->bad |= st || !same;
+    k->ran = true;
+    k->rows = calloc((size_t)c->R, sizeof(int));
+    for (size_t i = 0; k->rows && i < (size_t)T * c->K; i++)
+        if (gpu.ids[i] >= 0 && gpu.ids[i] < c->R) k->distinct += k->rows[gpu.ids[i]]++ == 0;
+    if (check) k->bad |= check_sample(p, ld, be, b, &gpu, out);
     moe_run_free(&gpu);
-
-    bool same_on_device = false;
-    st = time_calls(tm, be, state, b, c->D, iters, samples, out2, &same_on_device,
-                    p->timeline ? out : NULL, &err);
-    if (!st)
-        fprintf(out, "  device-pointer call bitwise equal to the host call: %s\n", same_on_device ? "yes" : "NO");
-    bad |= !st && !same_on_device;
-    if (st) {
-        fprintf(out, "  TIMING ERROR: %s\n", err.msg);
-        bad = 1;
-    } else {
-        lab_stage stages[LAB_STAGE_COUNT];
-        lab_stages(c, T, distinct, stages);
-        fprintf(out, "  distinct experts selected: %d (expected R(1-(1-K/R)^T) = %.1f)\n", distinct,
-                c->R * (1.0 - pow(1.0 - (double)c->K / c->R, T)));
-        if (rows) lab_print_tiles(out, rows, c->R);
-        fprintf(out, "  %-20s %10s %12s %10s %8s %10s %8s\n", "stage", "median us", "bytes", "GB/s",
-                "TFLOP/s", "floor us", "x floor");
-        double us_of[LAB_STAGE_COUNT];
-        lab_times times_of[LAB_STAGE_COUNT];
-        for (int s = 0; s < LAB_STAGE_COUNT; s++) {
-            const lab_times ms = lab_times_of(samples + (size_t)s * iters, iters);
-            times_of[s] = (lab_times){ms.median_us * 1e3, ms.p10_us * 1e3, ms.p90_us * 1e3};
-            us_of[s] = times_of[s].median_us;
-        }
-        for (int s = 0; s < LAB_STAGE_COUNT; s++) {
-            if (!lab_focus_has(p->focus, (lab_stage_id)s) || (is_pinned_dma(s) && !tm->pinned_dma))
-                continue;
-            const double us = us_of[s], secs = us * 1e-6;
-            const double floor_s = lab_floor_s(&stages[s]);
-            fprintf(out, "  %-20s %10.1f %12.4g %10.0f %8.1f %10.2f %8.2f\n", stages[s].name, us,
-                    stages[s].bytes, secs > 0 ? stages[s].bytes / secs * 1e-9 : 0.0,
-                    secs > 0 ? stages[s].flops / secs * 1e-12 : 0.0, floor_s * 1e6,
-                    floor_s > 0 ? secs / floor_s : 0.0);
-            if (csv) lab_csv_row(csv, p->shape, be->name, T, &stages[s], times_of[s]);
-        }
-        if (csv) fflush(csv);
-        /* how far apart the calls were: a change smaller than this spread is not shown */
-        fprintf(out, "  spread of the %d calls, layer on device: p10 %.1f, median %.1f, p90 %.1f us\n",
-                iters, times_of[LAB_DEVICE].p10_us, us_of[LAB_DEVICE], times_of[LAB_DEVICE].p90_us);
-        fprintf(out, "  spread of the %d calls, serving graph: p10 %.1f, median %.1f, p90 %.1f us\n",
-                iters, times_of[LAB_SERVING_DEVICE].p10_us, us_of[LAB_SERVING_DEVICE],
-                times_of[LAB_SERVING_DEVICE].p90_us);
-        /* what the host's call adds to the layer's device time */
-        if (us_of[LAB_DEVICE] > 0)
-            fprintf(out, "  host clock / layer on device: forward call %.2f, device-pointer call %.2f\n",
-                    us_of[LAB_HOST] / us_of[LAB_DEVICE], us_of[LAB_DEVICE_CALL] / us_of[LAB_DEVICE]);
-        if (us_of[LAB_SERVING_DEVICE] > 0)
-            fprintf(out, "  host clock of the device-pointer call / serving graph on device: %.2f\n",
-                    us_of[LAB_DEVICE_CALL] / us_of[LAB_SERVING_DEVICE]);
-        /* the host call's bound at large T (docs/perf-cuda.md): no more than the layer plus its
-         * transfers at pinned-memory speed. The layer is the serving graph's interval: the timed
-         * call's "layer on device" starts at the upload's end, and from 1024 tokens the sinks'
-         * GEMM1 runs before that (opt/cuda/cuda_backend.cu, sink_piece_tokens) */
-        const double bound_us =
-            us_of[LAB_SERVING_DEVICE] + us_of[LAB_PINNED_UPLOAD] + us_of[LAB_PINNED_DOWNLOAD];
-        if (tm->pinned_dma && bound_us > 0)
-            fprintf(out, "  forward call / (serving graph + transfers at pinned speed): %.2f "
-                    "(%.1f us against %.1f)\n", us_of[LAB_HOST] / bound_us, us_of[LAB_HOST], bound_us);
-    }
-    free(rows);
     free(out2);
-    free(samples);
+}
+
+/* One variant's timings at one T, after every variant's calls. Returns 1 on a failure. */
+static int report_variant(const lab_plan *p, const lab_timer *tm, const lab_timing *t,
+                          bool same_on_device, const lab_checked *k, int T, FILE *out, FILE *csv) {
+    const moe_config *c = &p->layer.cfg;
+    const int iters = p->iters;
+    const bool with_dma = tm->pinned_dma != NULL;
+    if (t->st) {
+        fprintf(out, "  TIMING ERROR: %s\n", t->err.msg);
+        return 1;
+    }
+    fprintf(out, "  device-pointer call bitwise equal to the host call: %s\n", same_on_device ? "yes" : "NO");
+    lab_stage stages[LAB_STAGE_COUNT];
+    lab_stages(c, T, k->distinct, stages);
+    fprintf(out, "  distinct experts selected: %d (expected R(1-(1-K/R)^T) = %.1f)\n", k->distinct,
+            c->R * (1.0 - pow(1.0 - (double)c->K / c->R, T)));
+    if (k->rows) lab_print_tiles(out, k->rows, c->R);
+    fprintf(out, "  %-20s %10s %12s %10s %8s %10s %8s\n", "stage", "median us", "bytes", "GB/s",
+            "TFLOP/s", "floor us", "x floor");
+    double us_of[LAB_STAGE_COUNT];
+    lab_times times_of[LAB_STAGE_COUNT];
+    for (int s = 0; s < LAB_STAGE_COUNT; s++) {
+        const lab_times ms = lab_times_of(t->samples + (size_t)s * iters, iters);
+        times_of[s] = (lab_times){ms.median_us * 1e3, ms.p10_us * 1e3, ms.p90_us * 1e3};
+        us_of[s] = times_of[s].median_us;
+    }
+    for (int s = 0; s < LAB_STAGE_COUNT; s++) {
+        if (!lab_focus_has(p->focus, (lab_stage_id)s) || (is_pinned_dma(s) && !with_dma)) continue;
+        const double us = us_of[s], secs = us * 1e-6;
+        const double floor_s = lab_floor_s(&stages[s]);
+        fprintf(out, "  %-20s %10.1f %12.4g %10.0f %8.1f %10.2f %8.2f\n", stages[s].name, us,
+                stages[s].bytes, secs > 0 ? stages[s].bytes / secs * 1e-9 : 0.0,
+                secs > 0 ? stages[s].flops / secs * 1e-12 : 0.0, floor_s * 1e6,
+                floor_s > 0 ? secs / floor_s : 0.0);
+        if (csv) lab_csv_row(csv, p->shape, t->be->name, T, &stages[s], times_of[s]);
+    }
+    if (csv) fflush(csv);
+    /* how far apart the calls were: a change smaller than this spread is not shown */
+    fprintf(out, "  spread of the %d calls, layer on device: p10 %.1f, median %.1f, p90 %.1f us\n",
+            iters, times_of[LAB_DEVICE].p10_us, us_of[LAB_DEVICE], times_of[LAB_DEVICE].p90_us);
+    fprintf(out, "  spread of the %d calls, serving graph: p10 %.1f, median %.1f, p90 %.1f us\n",
+            iters, times_of[LAB_SERVING_DEVICE].p10_us, us_of[LAB_SERVING_DEVICE],
+            times_of[LAB_SERVING_DEVICE].p90_us);
+    /* what the host's call adds to the layer's device time */
+    if (us_of[LAB_DEVICE] > 0)
+        fprintf(out, "  host clock / layer on device: forward call %.2f, device-pointer call %.2f\n",
+                us_of[LAB_HOST] / us_of[LAB_DEVICE], us_of[LAB_DEVICE_CALL] / us_of[LAB_DEVICE]);
+    if (us_of[LAB_SERVING_DEVICE] > 0)
+        fprintf(out, "  host clock of the device-pointer call / serving graph on device: %.2f\n",
+                us_of[LAB_DEVICE_CALL] / us_of[LAB_SERVING_DEVICE]);
+    /* the host call's bound at large T (docs/perf-cuda.md): no more than the layer plus its
+     * transfers at pinned-memory speed. The layer is the serving graph's interval: the timed
+     * call's "layer on device" starts at the upload's end, and from 1024 tokens the sinks'
+     * GEMM1 runs before that (opt/cuda/cuda_backend.cu, sink_piece_tokens) */
+    const double bound_us = us_of[LAB_SERVING_DEVICE] + us_of[LAB_PINNED_UPLOAD] + us_of[LAB_PINNED_DOWNLOAD];
+    if (with_dma && bound_us > 0)
+        fprintf(out, "  forward call / (serving graph + transfers at pinned speed): %.2f "
+                "(%.1f us against %.1f)\n", us_of[LAB_HOST] / bound_us, us_of[LAB_HOST], bound_us);
+    return !same_on_device;
+}
+
+/* Every variant at one T: each one's checks, then their timed calls interleaved (call it of
+ * every variant before call it + 1 of any, the first of each round moving on by one), so that
+ * whatever drifts over a run (the GPU's clocks, the host, what ran just before) falls on every
+ * variant alike: timed one after another, the first-timed variant read 1-3 us slower at T = 1
+ * (docs/perf-cuda.md, forty-third run). Returns 1 on a failure. */
+static int run_tokens(const lab_plan *p, const lab_timer *tm, const moe_layer_data *ld,
+                      void *const *states, lab_batch *b, bool check, FILE *out, FILE *csv) {
+    const int n = p->n_variants, D = p->layer.cfg.D, iters = p->iters;
+    lab_checked checked[LAB_MAX_VARIANTS];
+    lab_timing timing[LAB_MAX_VARIANTS];
+    int bad = 0;
+    for (int v = 0; v < n; v++) {
+        memset(&checked[v], 0, sizeof checked[v]);
+        if (states[v]) check_variant(p, ld, p->variants[v], states[v], b, check, out, &checked[v]);
+        bad |= checked[v].bad;
+        if (checked[v].ran) timing_open(tm, p->variants[v], states[v], b, D, iters, &timing[v]);
+    }
+    for (int it = -3; it < iters; it++)
+        for (int j = 0; j < n; j++) {
+            const int v = (j + (it + 3)) % n;
+            if (checked[v].ran) timing_step(tm, b, it, iters, &timing[v]);
+        }
+    for (int v = 0; v < n; v++) {
+        if (!checked[v].ran) continue;
+        bool same = false;
+        fprintf(out, "T = %d, %s: timed\n", b->c.T, p->variants[v]->name);
+        timing_finish(tm, b, D, &same, p->timeline ? out : NULL, &timing[v]);
+        bad |= report_variant(p, tm, &timing[v], same, &checked[v], b->c.T, out, csv);
+        timing_free(tm, &timing[v]);
+        free(checked[v].rows);
+    }
     return bad;
 }
 
@@ -360,8 +434,7 @@ static int run_device(const lab_plan *p, const lab_timer *tm, FILE *out, FILE *c
             rc = 1;
             break;
         }
-        for (int v = 0; v < p->n_variants; v++)
-            if (states[v]) rc |= run_variant(p, tm, &ld, p->variants[v], states[v], &b, p->check[i], out, csv);
+        rc |= run_tokens(p, tm, &ld, states, &b, p->check[i], out, csv);
         batch_free(&b);
     }
     for (int v = 0; v < p->n_variants; v++)

@@ -497,6 +497,48 @@ static void test_whole_run_on_host_timer(void **state) {
     }
 }
 
+/* The serving calls that the logging timer saw, by variant name, in order. */
+static const char *serving_log[64];
+static int serving_logged;
+static moe_status logging_call_on_device(const moe_backend *be, void *state, int T, const void *x_dev,
+                                         void *out_dev, float *device_ms, moe_error *err) {
+    if (device_ms && serving_logged < 64) serving_log[serving_logged++] = be->name;
+    return host_call_on_device(be, state, T, x_dev, out_dev, device_ms, err);
+}
+static const lab_timer logging_timer = {host_flush, host_call, logging_call_on_device, host_alloc,
+                                        host_read,  free,      NULL,                   NULL};
+
+/* The variants' timed calls are interleaved: round i (3 warm-up rounds, then iters timed) makes
+ * one call of every variant, the first of the round moving on by one each round, so that no
+ * variant is always timed first (docs/perf-cuda.md, forty-third run: the first-timed variant
+ * read 1-3 us slower at T = 1). Three variants, iters 2: five rounds of three. */
+static void test_timed_calls_interleaved(void **state) {
+    (void)state;
+    static lab_plan p;
+    memset(&p, 0, sizeof p);
+    p.timer = &logging_timer;
+    moe_error err;
+    assert_int_equal(fuzz_case_parse("D=64 I=64 R=8 K=2 S=2 T=1 fmt=mxfp4 bias=1 gscale=1 rs=8 split=none "
+                                     "pad=0 seed=7 feat=none", &p.layer, &err), MOE_OK);
+    snprintf(p.shape, sizeof p.shape, "case");
+    p.tokens[0] = 2, p.n_tokens = 1, p.iters = 2;
+    p.variants[0] = &moe_backend_ref;
+    p.variants[1] = moe_mutant_find("gate_up_swap");
+    p.variants[2] = moe_mutant_find("sink_gamma_swap");
+    assert_true(p.variants[1] && p.variants[2]);
+    p.n_variants = 3;
+    serving_logged = 0;
+    FILE *out = tmpfile();
+    assert_non_null(out);
+    const int rc = lab_run(&p, out, NULL);
+    fclose(out);
+    assert_int_equal(rc, 0); /* nothing checked (check[0] false): each variant is only timed */
+    assert_int_equal(serving_logged, 5 * 3);
+    for (int round = 0; round < 5; round++)
+        for (int j = 0; j < 3; j++)
+            assert_string_equal(serving_log[3 * round + j], p.variants[(j + round) % 3]->name);
+}
+
 /* Tiles of an expert's rows, derived by hand: rows 0, 5, 130, 16, 33 (184 rows). bn = 128:
  * 0 + 1 + 2 + 1 + 1 = 5 tiles, n 16 + (128 + 16) + 16 + 48 = 224; bn = 32: 1 + 5 + 1 + 2 = 9
  * tiles, n 16 + (4 * 32 + 16) + 16 + (32 + 16) = 224; bn = 16: 1 + 9 + 1 + 3 = 14 tiles, all
@@ -612,6 +654,7 @@ int main(void) {
         cmocka_unit_test(test_csv_other_header_refused), cmocka_unit_test(test_command_skips_without_gpu),
         cmocka_unit_test(test_command_usage),          cmocka_unit_test(test_whole_run_on_host_timer),
         cmocka_unit_test(test_timeline_printed_or_said_missing),
+        cmocka_unit_test(test_timed_calls_interleaved),
         cmocka_unit_test(test_small_on_gpu),
         cmocka_unit_test(test_plot_from_fixture),      cmocka_unit_test(test_tiles_of),
         cmocka_unit_test(test_tiers_share_the_tiles), cmocka_unit_test(test_tiles_routed_on_host),
