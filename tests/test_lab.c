@@ -386,16 +386,24 @@ static const lab_timer host_timer_without_timeline = {host_flush, host_call, hos
                                                       host_alloc, host_read, free,
                                                       NULL, NULL};
 
+/* A plan on a small case line's layer (S sinks, feature feat), driven by timer tm. */
+static void small_plan(lab_plan *p, const lab_timer *tm, int S, const char *feat) {
+    memset(p, 0, sizeof *p);
+    p->timer = tm;
+    char line[200];
+    snprintf(line, sizeof line, "D=64 I=64 R=8 K=2 S=%d T=1 fmt=mxfp4 bias=1 gscale=1 rs=8 split=none "
+             "pad=0 seed=7 feat=%s", S, feat);
+    moe_error err;
+    assert_int_equal(fuzz_case_parse(line, &p->layer, &err), MOE_OK);
+    snprintf(p->shape, sizeof p->shape, "case");
+}
+
 /* --timeline prints each kernel of the timer's timeline with its start, end and length under
  * a header; a timer without one says so, and neither changes the run's verdict. */
 static void test_timeline_printed_or_said_missing(void **state) {
     (void)state;
     static lab_plan p;
-    memset(&p, 0, sizeof p);
-    moe_error err;
-    assert_int_equal(fuzz_case_parse("D=64 I=64 R=8 K=2 S=1 T=1 fmt=mxfp4 bias=1 gscale=1 rs=8 split=none "
-                                     "pad=0 seed=7 feat=none", &p.layer, &err), MOE_OK);
-    snprintf(p.shape, sizeof p.shape, "case");
+    small_plan(&p, NULL, 1, "none");
     p.tokens[0] = 3, p.n_tokens = 1, p.iters = 2, p.timeline = true;
     p.variants[0] = &moe_backend_ref, p.n_variants = 1;
     for (int with = 1; with >= 0; with--) {
@@ -426,12 +434,7 @@ static void test_timeline_printed_or_said_missing(void **state) {
 static void test_whole_run_on_host_timer(void **state) {
     (void)state;
     static lab_plan p;
-    memset(&p, 0, sizeof p);
-    p.timer = &host_timer;
-    moe_error err;
-    assert_int_equal(fuzz_case_parse("D=64 I=64 R=8 K=2 S=1 T=1 fmt=mxfp4 bias=1 gscale=1 rs=8 split=none "
-                                     "pad=0 seed=7 feat=ties", &p.layer, &err), MOE_OK);
-    snprintf(p.shape, sizeof p.shape, "case");
+    small_plan(&p, &host_timer, 1, "ties");
     const int tokens[] = {1, 5, 70};
     for (int i = 0; i < 3; i++) p.tokens[i] = tokens[i], p.check[i] = true;
     p.n_tokens = 3;
@@ -515,12 +518,7 @@ static const lab_timer logging_timer = {host_flush, host_call, logging_call_on_d
 static void test_timed_calls_interleaved(void **state) {
     (void)state;
     static lab_plan p;
-    memset(&p, 0, sizeof p);
-    p.timer = &logging_timer;
-    moe_error err;
-    assert_int_equal(fuzz_case_parse("D=64 I=64 R=8 K=2 S=2 T=1 fmt=mxfp4 bias=1 gscale=1 rs=8 split=none "
-                                     "pad=0 seed=7 feat=none", &p.layer, &err), MOE_OK);
-    snprintf(p.shape, sizeof p.shape, "case");
+    small_plan(&p, &logging_timer, 2, "none"); /* two sinks: the mutant below needs them */
     p.tokens[0] = 2, p.n_tokens = 1, p.iters = 2;
     p.variants[0] = &moe_backend_ref;
     p.variants[1] = moe_mutant_find("gate_up_swap");
