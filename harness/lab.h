@@ -14,6 +14,8 @@
  *     [floors]); bytes are the fewest the stage must move (the weights of the distinct experts
  *     the batch selected, read once; activations read and written once);
  *   - the CSV has one row per (shape, variant, T, stage); its columns are LAB_CSV_HEADER;
+ *   - the variants' timed calls at a T are interleaved (harness/lab_run.c), and the run ends
+ *     with a summary of every (T, variant)'s serving graph, each variant against the first;
  *   - without a GPU (or in a build without CUDA) nothing is timed or judged: the lab says
  *     SKIPPED with the reason and exits LAB_EXIT_SKIPPED, never 0.
  * Library code: returns moe_status, never exits.
@@ -204,6 +206,19 @@ moe_status lab_expert_rows(const moe_shard *sh, int T, const uint16_t *x, int *r
 /* `lab --tiles`: lab_print_tiles at every T of the plan, routed on the host; no GPU needed.
  * Returns the exit status (0, or 1 with the reason printed). */
 int lab_tiles_report(const lab_plan *p, FILE *out);
+
+/* One (T, variant) of the lab's summary: its serving graph's times, if it was timed. */
+typedef struct {
+    bool timed;
+    lab_times serving;
+} lab_summary_cell;
+
+/* The summary after every T (harness/lab_summary.c): a row per T of tokens [n_tokens], a column
+ * per variant of names [n_variants]; cells [n_tokens][n_variants]. Each timed cell after a T's
+ * first shows its difference from that first one, marked "~" where the two calls' [p10, p90]
+ * ranges overlap. Nothing when no cell was timed. */
+void lab_print_summary(FILE *out, const int *tokens, int n_tokens, const char *const *names,
+                       int n_variants, const lab_summary_cell *cells);
 
 /* Runs the plan: prints a table per (T, variant) on out and appends rows to csv (NULL: none).
  * Returns the exit status: 0 every check passed, 1 a check failed, LAB_EXIT_SKIPPED when

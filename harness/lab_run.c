@@ -297,9 +297,11 @@ static void check_variant(const lab_plan *p, const moe_layer_data *ld, const moe
     free(out2);
 }
 
-/* One variant's timings at one T, after every variant's calls. Returns 1 on a failure. */
+/* One variant's timings at one T, after every variant's calls; its serving graph's times into
+ * *cell. Returns 1 on a failure. */
 static int report_variant(const lab_plan *p, const lab_timer *tm, const lab_timing *t,
-                          bool same_on_device, const lab_checked *k, int T, FILE *out, FILE *csv) {
+                          bool same_on_device, const lab_checked *k, int T, FILE *out, FILE *csv,
+                          lab_summary_cell *cell) {
     const moe_config *c = &p->layer.cfg;
     const int iters = p->iters;
     const bool with_dma = tm->pinned_dma != NULL;
@@ -333,6 +335,7 @@ static int report_variant(const lab_plan *p, const lab_timer *tm, const lab_timi
         if (csv) lab_csv_row(csv, p->shape, t->be->name, T, &stages[s], times_of[s]);
     }
     if (csv) fflush(csv);
+    *cell = (lab_summary_cell){true, times_of[LAB_SERVING_DEVICE]};
     /* how far apart the calls were: a change smaller than this spread is not shown */
     fprintf(out, "  spread of the %d calls, layer on device: p10 %.1f, median %.1f, p90 %.1f us\n",
             iters, times_of[LAB_DEVICE].p10_us, us_of[LAB_DEVICE], times_of[LAB_DEVICE].p90_us);
@@ -361,9 +364,11 @@ static int report_variant(const lab_plan *p, const lab_timer *tm, const lab_timi
  * every variant before call it + 1 of any, the first of each round moving on by one), so that
  * whatever drifts over a run (the GPU's clocks, the host, what ran just before) falls on every
  * variant alike: timed one after another, the first-timed variant read 1-3 us slower at T = 1
- * (docs/perf-cuda.md, forty-third run). Returns 1 on a failure. */
+ * (docs/perf-cuda.md, forty-third run). row [n_variants]: the summary's cells at this T.
+ * Returns 1 on a failure. */
 static int run_tokens(const lab_plan *p, const lab_timer *tm, const moe_layer_data *ld,
-                      void *const *states, lab_batch *b, bool check, FILE *out, FILE *csv) {
+                      void *const *states, lab_batch *b, bool check, FILE *out, FILE *csv,
+                      lab_summary_cell *row) {
     const int n = p->n_variants, D = p->layer.cfg.D, iters = p->iters;
     lab_checked checked[LAB_MAX_VARIANTS];
     lab_timing timing[LAB_MAX_VARIANTS];
@@ -384,7 +389,7 @@ static int run_tokens(const lab_plan *p, const lab_timer *tm, const moe_layer_da
         bool same = false;
         fprintf(out, "T = %d, %s: timed\n", b->c.T, p->variants[v]->name);
         timing_finish(tm, b, D, &same, p->timeline ? out : NULL, &timing[v]);
-        bad |= report_variant(p, tm, &timing[v], same, &checked[v], b->c.T, out, csv);
+        bad |= report_variant(p, tm, &timing[v], same, &checked[v], b->c.T, out, csv, &row[v]);
         timing_free(tm, &timing[v]);
         free(checked[v].rows);
     }
@@ -427,6 +432,9 @@ static int run_device(const lab_plan *p, const lab_timer *tm, FILE *out, FILE *c
         fprintf(out, "layer made, sharded and uploaded in %.1f s\n", fuzz_now() - t0);
     }
     /* a failed check does not stop the run: every T is still checked and timed */
+    lab_summary_cell cells[LAB_MAX_T * LAB_MAX_VARIANTS];
+    memset(cells, 0, sizeof cells);
+    int ran = 0;
     for (int i = 0; i < p->n_tokens && !st && created; i++) {
         lab_batch b;
         if (batch_make(p, p->tokens[i], &b, &err)) {
@@ -434,9 +442,13 @@ static int run_device(const lab_plan *p, const lab_timer *tm, FILE *out, FILE *c
             rc = 1;
             break;
         }
-        rc |= run_tokens(p, tm, &ld, states, &b, p->check[i], out, csv);
+        rc |= run_tokens(p, tm, &ld, states, &b, p->check[i], out, csv, cells + (size_t)i * p->n_variants);
+        ran = i + 1;
         batch_free(&b);
     }
+    const char *names[LAB_MAX_VARIANTS];
+    for (int v = 0; v < p->n_variants; v++) names[v] = p->variants[v]->name;
+    lab_print_summary(out, p->tokens, ran, names, p->n_variants, cells);
     for (int v = 0; v < p->n_variants; v++)
         if (states[v]) p->variants[v]->destroy(states[v]);
     moe_shard_free(&sh);

@@ -386,6 +386,14 @@ static const lab_timer host_timer_without_timeline = {host_flush, host_call, hos
                                                       host_alloc, host_read, free,
                                                       NULL, NULL};
 
+/* What was written to the temporary stream f, read back from its start (one buffer, reused). */
+static const char *stream_text(FILE *f) {
+    static char text[65536];
+    rewind(f);
+    text[fread(text, 1, sizeof text - 1, f)] = '\0';
+    return text;
+}
+
 /* A plan on a small case line's layer (S sinks, feature feat), driven by timer tm. */
 static void small_plan(lab_plan *p, const lab_timer *tm, int S, const char *feat) {
     memset(p, 0, sizeof *p);
@@ -411,9 +419,7 @@ static void test_timeline_printed_or_said_missing(void **state) {
         FILE *out = tmpfile();
         assert_non_null(out);
         const int rc = lab_run(&p, out, NULL);
-        static char text[65536];
-        rewind(out);
-        text[fread(text, 1, sizeof text - 1, out)] = '\0';
+        const char *text = stream_text(out);
         fclose(out);
         if (rc != 0) fail_msg("exit %d: %s", rc, text);
         if (with) {
@@ -447,9 +453,7 @@ static void test_whole_run_on_host_timer(void **state) {
         FILE *out = tmpfile(), *csv = tmpfile();
         assert_true(out && csv);
         const int rc = lab_run(&p, out, csv);
-        static char text[65536];
-        rewind(out);
-        text[fread(text, 1, sizeof text - 1, out)] = '\0';
+        const char *text = stream_text(out);
         int passes = 0, fails = 0, rows = 0, gate_rows = 0;
         for (const char *q = text; (q = strstr(q, "envelope: PASS")); q++) passes++;
         for (const char *q = text; (q = strstr(q, "envelope: FAIL")); q++) fails++;
@@ -468,6 +472,11 @@ static void test_whole_run_on_host_timer(void **state) {
          * 15 + 16 + 17 ms */
         assert_non_null(strstr(text, "forward call / (serving graph + transfers at pinned speed): "));
         assert_non_null(strstr(text, " against 48000.0)"));
+        /* the summary: the made-up serving graph of 15 ms at every T, the second variant 0 %
+         * from the first and within the spread */
+        assert_non_null(strstr(text, "summary: serving graph"));
+        assert_non_null(strstr(text, "15000.0 [15000.0, 15000.0]"));
+        if (n_variants == 2) assert_non_null(strstr(text, "15000.0 [15000.0, 15000.0] +0.0% ~"));
         char line[512];
         int dma_rows = 0;
         rewind(csv);
@@ -535,6 +544,40 @@ static void test_timed_calls_interleaved(void **state) {
     for (int round = 0; round < 5; round++)
         for (int j = 0; j < 3; j++)
             assert_string_equal(serving_log[3 * round + j], p.variants[(j + round) % 3]->name);
+}
+
+/* The summary: one row per T, each variant's serving graph, and after the first timed variant of
+ * a T its difference in percent, "~" only where the [p10, p90] ranges overlap. By hand: at T = 1
+ * b is 2 % above a with overlapping ranges, c 10 % above with its p10 above a's p90; at T = 8 a
+ * was not timed, so b is the first and c is against b (-50 %); nothing timed: nothing printed. */
+static void test_summary_against_the_first(void **state) {
+    (void)state;
+    const int tokens[2] = {1, 8};
+    const char *const names[3] = {"a", "b", "c"};
+    const lab_summary_cell cells[6] = {
+        {true, {100.0, 99.0, 101.0}}, {true, {102.0, 100.5, 103.0}}, {true, {110.0, 109.0, 111.0}},
+        {false, {0, 0, 0}},           {true, {200.0, 190.0, 210.0}}, {true, {100.0, 95.0, 105.0}},
+    };
+    FILE *out = tmpfile();
+    assert_non_null(out);
+    lab_print_summary(out, tokens, 2, names, 3, cells);
+    const char *text = stream_text(out);
+    fclose(out);
+    assert_string_equal(text,
+        "summary: serving graph, median us [p10, p90]; after the first variant timed at a T, the "
+        "difference from it (~: within the two calls' spreads)\n"
+        "        T  a                                   b                                   c\n"
+        "        1  100.0 [99.0, 101.0]                 102.0 [100.5, 103.0] +2.0% ~        "
+        "110.0 [109.0, 111.0] +10.0%\n"
+        "        8  -                                   200.0 [190.0, 210.0]                "
+        "100.0 [95.0, 105.0] -50.0%\n");
+
+    const lab_summary_cell untimed[1] = {{false, {0, 0, 0}}};
+    out = tmpfile();
+    assert_non_null(out);
+    lab_print_summary(out, tokens, 1, names, 1, untimed);
+    assert_int_equal(ftell(out), 0);
+    fclose(out);
 }
 
 /* Tiles of an expert's rows, derived by hand: rows 0, 5, 130, 16, 33 (184 rows). bn = 128:
@@ -652,7 +695,7 @@ int main(void) {
         cmocka_unit_test(test_csv_other_header_refused), cmocka_unit_test(test_command_skips_without_gpu),
         cmocka_unit_test(test_command_usage),          cmocka_unit_test(test_whole_run_on_host_timer),
         cmocka_unit_test(test_timeline_printed_or_said_missing),
-        cmocka_unit_test(test_timed_calls_interleaved),
+        cmocka_unit_test(test_timed_calls_interleaved), cmocka_unit_test(test_summary_against_the_first),
         cmocka_unit_test(test_small_on_gpu),
         cmocka_unit_test(test_plot_from_fixture),      cmocka_unit_test(test_tiles_of),
         cmocka_unit_test(test_tiers_share_the_tiles), cmocka_unit_test(test_tiles_routed_on_host),
