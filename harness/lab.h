@@ -162,13 +162,20 @@ bool lab_focus_has(lab_focus f, lab_stage_id s);
 /* The floor of a stage, in seconds. */
 double lab_floor_s(const lab_stage *s);
 
-/* A stage's timed calls: their median and, for the spread, the 10th and 90th percentiles. */
+/* A stage's timed calls: their median; for the spread, the 10th and 90th percentiles; for the
+ * median's uncertainty, the quartiles and the count. */
 typedef struct {
-    double median_us, p10_us, p90_us;
+    double median_us, p10_us, p90_us, p25_us, p75_us;
+    int calls;
 } lab_times;
 
 /* times [n] (any order) -> their median and percentiles (sorts times). */
 lab_times lab_times_of(float *times, int n);
+
+/* Half the width of the median's notch, 1.58 (p75 - p25) / sqrt(calls): where two calls'
+ * notches do not overlap, their medians differ at about 95 % confidence (McGill, Tukey and
+ * Larsen, "Variations of box plots", 1978). 0 for fewer than two calls. */
+double lab_median_notch(lab_times t);
 
 /* One CSV row (no header) for a stage timed t (rates and x_floor from the median). */
 void lab_csv_row(FILE *f, const char *shape, const char *variant, int T, const lab_stage *s,
@@ -215,8 +222,8 @@ typedef struct {
 
 /* The summary after every T (harness/lab_summary.c): a row per T of tokens [n_tokens], a column
  * per variant of names [n_variants]; cells [n_tokens][n_variants]. Each timed cell after a T's
- * first shows its difference from that first one, marked "~" where the two calls' [p10, p90]
- * ranges overlap. Nothing when no cell was timed. */
+ * first shows its difference from that first one, marked "~" where the two medians' notches
+ * (lab_median_notch) overlap. Nothing when no cell was timed. */
 void lab_print_summary(FILE *out, const int *tokens, int n_tokens, const char *const *names,
                        int n_variants, const lab_summary_cell *cells);
 

@@ -320,8 +320,9 @@ static int report_variant(const lab_plan *p, const lab_timer *tm, const lab_timi
     double us_of[LAB_STAGE_COUNT];
     lab_times times_of[LAB_STAGE_COUNT];
     for (int s = 0; s < LAB_STAGE_COUNT; s++) {
-        const lab_times ms = lab_times_of(t->samples + (size_t)s * iters, iters);
-        times_of[s] = (lab_times){ms.median_us * 1e3, ms.p10_us * 1e3, ms.p90_us * 1e3};
+        float *ms = t->samples + (size_t)s * iters;
+        for (int i = 0; i < iters; i++) ms[i] *= 1e3f; /* ms -> us */
+        times_of[s] = lab_times_of(ms, iters);
         us_of[s] = times_of[s].median_us;
     }
     for (int s = 0; s < LAB_STAGE_COUNT; s++) {

@@ -75,13 +75,20 @@ static double quantile(const float *v, int n, double q) {
 }
 
 lab_times lab_times_of(float *times, int n) {
-    lab_times t = {0.0, 0.0, 0.0};
+    lab_times t = {0.0, 0.0, 0.0, 0.0, 0.0, 0};
     if (n < 1) return t;
     qsort(times, (size_t)n, sizeof *times, cmp_float);
     t.median_us = quantile(times, n, 0.5);
     t.p10_us = quantile(times, n, 0.1);
     t.p90_us = quantile(times, n, 0.9);
+    t.p25_us = quantile(times, n, 0.25);
+    t.p75_us = quantile(times, n, 0.75);
+    t.calls = n;
     return t;
+}
+
+double lab_median_notch(lab_times t) {
+    return t.calls < 2 ? 0.0 : 1.58 * (t.p75_us - t.p25_us) / sqrt((double)t.calls);
 }
 
 void lab_csv_row(FILE *f, const char *shape, const char *variant, int T, const lab_stage *s,

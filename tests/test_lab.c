@@ -203,7 +203,7 @@ static void test_csv_row(void **state) {
     const lab_stage s = {"GEMM1+SwiGLU", 4.2e6, 7.8e8};
     FILE *f = tmpfile();
     assert_non_null(f);
-    const lab_times t = {2.0, 1.5, 3.25};
+    const lab_times t = {2.0, 1.5, 3.25, 1.75, 2.5, 20};
     lab_csv_row(f, "inkling-small", "cuda-gemv", 8, &s, t);
     rewind(f);
     char line[512];
@@ -231,20 +231,25 @@ static void test_csv_row(void **state) {
     assert_true(p10 == 1.5 && p90 == 3.25);
 }
 
-/* Median and percentiles of the timed calls, whatever their order: 1..11 ms give 6, 2 and 10;
- * an even count interpolates; one call is its own spread. */
+/* Median and percentiles of the timed calls, whatever their order: 1..11 ms give 6, 2 and 10,
+ * quartiles 3.5 and 8.5 and a notch of 1.58 * 5 / sqrt(11); an even count interpolates; one call
+ * is its own spread and has no notch. */
 static void test_times_spread(void **state) {
     (void)state;
     float v[11] = {7, 3, 11, 1, 9, 5, 2, 10, 4, 8, 6};
     lab_times t = lab_times_of(v, 11);
     assert_true(t.median_us == 6.0 && t.p10_us == 2.0 && t.p90_us == 10.0);
+    assert_true(t.p25_us == 3.5 && t.p75_us == 8.5 && t.calls == 11);
+    assert_true(fabs(lab_median_notch(t) - 1.58 * 5.0 / sqrt(11.0)) < 1e-12);
     float w[4] = {4, 1, 3, 2};
     t = lab_times_of(w, 4);
     assert_true(fabs(t.median_us - 2.5) < 1e-12 && fabs(t.p10_us - 1.3) < 1e-6 &&
                 fabs(t.p90_us - 3.7) < 1e-6);
+    assert_true(fabs(t.p25_us - 1.75) < 1e-12 && fabs(t.p75_us - 3.25) < 1e-12);
     float one[1] = {5};
     t = lab_times_of(one, 1);
     assert_true(t.median_us == 5.0 && t.p10_us == 5.0 && t.p90_us == 5.0);
+    assert_true(lab_median_notch(t) == 0.0);
 }
 
 /* Rows are appended only under this lab's header: a file that begins otherwise is refused with
@@ -547,16 +552,22 @@ static void test_timed_calls_interleaved(void **state) {
 }
 
 /* The summary: one row per T, each variant's serving graph, and after the first timed variant of
- * a T its difference in percent, "~" only where the [p10, p90] ranges overlap. By hand: at T = 1
- * b is 2 % above a with overlapping ranges, c 10 % above with its p10 above a's p90; at T = 8 a
- * was not timed, so b is the first and c is against b (-50 %); nothing timed: nothing printed. */
+ * a T its difference in percent, "~" only where the medians' notches overlap. By hand, 16 calls
+ * each, so a notch is 1.58 (p75 - p25) / 4: at T = 1 a's is 100 +- 0.395 and b's 100.5 +- 0.395
+ * (they overlap: +0.5 % ~); c's 102 +- 0.395 is clear of a's although c's [p10, p90] reaches
+ * into a's (+2.0 %, no ~). At T = 8 a was not timed, so b is the first and c (notch 0.79) is
+ * against b (-50 %). Nothing timed: nothing printed. */
 static void test_summary_against_the_first(void **state) {
     (void)state;
     const int tokens[2] = {1, 8};
     const char *const names[3] = {"a", "b", "c"};
     const lab_summary_cell cells[6] = {
-        {true, {100.0, 99.0, 101.0}}, {true, {102.0, 100.5, 103.0}}, {true, {110.0, 109.0, 111.0}},
-        {false, {0, 0, 0}},           {true, {200.0, 190.0, 210.0}}, {true, {100.0, 95.0, 105.0}},
+        {true, {100.0, 99.0, 101.0, 99.5, 100.5, 16}},
+        {true, {100.5, 99.5, 101.5, 100.0, 101.0, 16}},
+        {true, {102.0, 99.0, 105.0, 101.5, 102.5, 16}},
+        {false, {0, 0, 0, 0, 0, 0}},
+        {true, {200.0, 190.0, 210.0, 199.0, 201.0, 16}},
+        {true, {100.0, 95.0, 105.0, 99.0, 101.0, 16}},
     };
     FILE *out = tmpfile();
     assert_non_null(out);
@@ -565,14 +576,14 @@ static void test_summary_against_the_first(void **state) {
     fclose(out);
     assert_string_equal(text,
         "summary: serving graph, median us [p10, p90]; after the first variant timed at a T, the "
-        "difference from it (~: within the two calls' spreads)\n"
+        "difference from it (~: the medians' notches overlap, not a result)\n"
         "        T  a                                   b                                   c\n"
-        "        1  100.0 [99.0, 101.0]                 102.0 [100.5, 103.0] +2.0% ~        "
-        "110.0 [109.0, 111.0] +10.0%\n"
+        "        1  100.0 [99.0, 101.0]                 100.5 [99.5, 101.5] +0.5% ~         "
+        "102.0 [99.0, 105.0] +2.0%\n"
         "        8  -                                   200.0 [190.0, 210.0]                "
         "100.0 [95.0, 105.0] -50.0%\n");
 
-    const lab_summary_cell untimed[1] = {{false, {0, 0, 0}}};
+    const lab_summary_cell untimed[1] = {{false, {0, 0, 0, 0, 0, 0}}};
     out = tmpfile();
     assert_non_null(out);
     lab_print_summary(out, tokens, 1, names, 1, untimed);
