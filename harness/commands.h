@@ -17,5 +17,6 @@ int cmd_inspect(int argc, char **argv);  /* harness/cmd_inspect.c */
 int cmd_export(int argc, char **argv);   /* harness/cmd_export.c */
 int cmd_check(int argc, char **argv);    /* harness/cmd_check.c */
 int cmd_lab(int argc, char **argv);      /* harness/cmd_lab.c */
+int cmd_lab_compare(int argc, char **argv); /* harness/cmd_lab_compare.c */
 
 #endif

@@ -16,12 +16,13 @@ static const moe_command commands[] = {
     {"check", "judge an outputs file written by any implementation against the contract", cmd_check},
     {"backends", "list the paths this build knows and whether they can run here", cmd_backends},
     {"lab", "the CUDA variants on one layer: checked against the reference, timed per stage", cmd_lab},
+    {"lab-compare", "two builds' lab runs side by side, with a rank-sum test of each difference", cmd_lab_compare},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: inkling-moe COMMAND [options]   (inkling-moe COMMAND --help for its options)\n\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
 }
 
 int main(int argc, char **argv) {
