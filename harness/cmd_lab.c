@@ -134,8 +134,10 @@ int cmd_lab(int argc, char **argv) {
     FILE *csv = NULL;
     if (csv_path) {
         struct stat sb;
-        const bool fresh = stat(csv_path, &sb) != 0 || sb.st_size == 0;
-        if (!fresh && S_ISREG(sb.st_mode) && !csv_header_matches(csv_path))
+        const bool exists = stat(csv_path, &sb) == 0, fresh = !exists || sb.st_size == 0;
+        if (exists && !S_ISREG(sb.st_mode)) /* a pipe would hold the lab until someone read it */
+            return cli_fail("lab", "argument --csv: %s is not a regular file", csv_path);
+        if (!fresh && !csv_header_matches(csv_path))
             return cli_fail("lab", "argument --csv: %s does not begin with this lab's header "
                             "(another tool's file, or an older lab's columns); name a new file",
                             csv_path);

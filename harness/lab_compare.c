@@ -1,12 +1,14 @@
 /* lab_compare.c: two builds' lab CSVs side by side (rules in lab_compare.h). */
 #include "lab_compare.h"
 #include "lab.h"
+#include "common/in_file.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CSV_FIELDS 13     /* the columns of LAB_CSV_HEADER */
 #define CSV_LINE_MAX 4096 /* a longer line is no line the lab wrote */
@@ -86,8 +88,15 @@ static moe_status read_line(lab_compare_set *set, int side, const char *path, in
 moe_status lab_compare_read(lab_compare_set *set, int side, const char *path, moe_error *err) {
     if (side != LAB_BASELINE && side != LAB_CANDIDATE)
         return moe_fail(err, MOE_ERR_ARG, "side: %d is neither baseline nor candidate", side);
-    FILE *file = fopen(path, "r");
-    if (!file) return moe_fail(err, MOE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    uint64_t size;
+    moe_status st = moe_in_open(path, &fd, &size, err); /* a pipe or a device cannot hold it up */
+    if (st) return st;
+    FILE *file = fdopen(fd, "r");
+    if (!file) {
+        close(fd);
+        return moe_fail(err, MOE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    }
     /* rows read so far stay as they were unless the whole file reads */
     lab_compare_set before = *set;
     before.rows = set->n ? malloc((size_t)set->n * sizeof *set->rows) : NULL;
@@ -96,7 +105,6 @@ moe_status lab_compare_read(lab_compare_set *set, int side, const char *path, mo
         return moe_fail(err, MOE_ERR_NOMEM, "%s: out of memory", path);
     }
     if (set->n) memcpy(before.rows, set->rows, (size_t)set->n * sizeof *set->rows);
-    moe_status st = MOE_OK;
     char line[CSV_LINE_MAX + 2];
     int ln = 0;
     while (!st && fgets(line, sizeof line, file)) {

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -269,6 +270,12 @@ static void test_csv_other_header_refused(void **state) {
     if (rc != 2 || !strstr(e, path) || strchr(e, '\n') != e + strlen(e) - 1)
         fail_msg("exit %d, stderr: %s", rc, e);
     assert_string_equal(test_text_of(path), old);
+    /* a named pipe would hold the lab until something read it: refused at once */
+    snprintf(path, sizeof path, "%s/pipe.csv", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    snprintf(args, sizeof args, "--small --variant cuda --csv '%s'", path);
+    assert_int_equal(run_lab(args), 2);
+    assert_non_null(strstr(test_text_of(err_path), "is not a regular file"));
 }
 
 /* Without a GPU the lab judges nothing: SKIPPED, exit 77, never a pass; the CSV holds the

@@ -206,6 +206,13 @@ static void test_malformed_refused(void **state) {
     assert_int_equal(lab_compare_read(&set, LAB_BASELINE, "/nonexistent/lab.csv", &err), MOE_ERR_IO);
     assert_non_null(strstr(err.msg, "/nonexistent/lab.csv: cannot open"));
     assert_int_equal(lab_compare_read(&set, 2, "/nonexistent/lab.csv", &err), MOE_ERR_ARG);
+    char fifo[160];
+    snprintf(fifo, sizeof fifo, "%s/fifo.csv", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(lab_compare_read(&set, LAB_BASELINE, fifo, &err), MOE_ERR_IO); /* not a wait */
+    assert_non_null(strstr(err.msg, "not a regular file"));
+    assert_int_equal(lab_compare_read(&set, LAB_BASELINE, dir, &err), MOE_ERR_IO);
+    assert_non_null(strstr(err.msg, "not a regular file"));
     lab_compare_free(&set);
     assert_int_equal(lab_compare_init(&set, "", &err), MOE_ERR_ARG);
 }
