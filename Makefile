@@ -12,6 +12,7 @@
 #   make bench-cpu       reference vs OpenBLAS path on Inkling-Small (BENCH_ARGS; minutes)
 #   make bench-cuda      the kernel lab over T on a GPU host: CSV per stage and T, and its PNG
 #   make bench-plot      the PNG of a lab CSV on any machine (CSV=FILE; installs gnuplot-nox)
+#   make bench-ab        this tree against another build on a GPU host (BASELINE=.../inkling-moe)
 #   make cuda-check      build the CUDA path (nvcc) and the kernel lab, `inkling-moe lab` (run it on a GPU host)
 #   make examples        the example plugins and worker (examples/; docs/external-paths.md)
 #   make fuzz-external   fuzz the example plugin and worker (EXTERNAL_SECONDS); the planted bug must fail
@@ -327,6 +328,20 @@ bench-cuda: config $(TOOL)
 	done; \
 	if command -v gnuplot >/dev/null 2>&1; then sh harness/bench/plot.sh $$csv; \
 	else echo "bench-cuda: no gnuplot here; draw it anywhere: make bench-plot CSV=$$csv"; fi
+
+# Is this tree faster than another build? The lab with BASELINE (another build's inkling-moe)
+# and with this tree's, AB_ROUNDS runs each in alternating processes, then lab-compare: each
+# (variant, T) of the serving graph with the exact rank-sum p of the runs (harness/bench/ab.sh).
+# On a GPU host; AB_MAX_SLOWDOWN=PCT fails where this tree is that much slower, told apart.
+AB_ROUNDS ?= 4
+AB_ARGS   ?= --tokens 1,8,64,512,4096 --check none --iters 20
+AB_DIR    ?= $(BUILD)/bench-ab
+.PHONY: bench-ab
+bench-ab: config $(TOOL)
+	@test -n "$(BASELINE)" || { echo "usage: make bench-ab BASELINE=OTHER_BUILD/bin/inkling-moe [AB_ROUNDS=4] [AB_ARGS='lab options'] [AB_MAX_SLOWDOWN=PCT]"; exit 2; }
+	@rm -rf $(AB_DIR)
+	@sh harness/bench/ab.sh -r $(AB_ROUNDS) -o $(AB_DIR) $(if $(AB_MAX_SLOWDOWN),-m $(AB_MAX_SLOWDOWN)) \
+	    $(BASELINE) $(TOOL) $(AB_ARGS)
 
 # The pictures of a lab CSV (harness/bench/plot.sh), on any machine: gnuplot-nox is installed
 # if missing. PLOT_PREFIX: where the PNGs go (default: the CSV's path without .csv).
