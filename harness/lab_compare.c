@@ -111,7 +111,7 @@ moe_status lab_compare_read(lab_compare_set *set, int side, const char *path, mo
         ln++;
         size_t len = strlen(line);
         if (len && line[len - 1] == '\n') line[--len] = '\0';
-        else if (!feof(file)) st = moe_fail(err, MOE_ERR_FORMAT, "%s:%d: a line longer than %d bytes", path, ln, CSV_LINE_MAX);
+        else if (!feof(file) && ln > 1) st = moe_fail(err, MOE_ERR_FORMAT, "%s:%d: a line longer than %d bytes", path, ln, CSV_LINE_MAX);
         if (len && line[len - 1] == '\r') line[--len] = '\0';
         if (st) break;
         if (ln == 1) {
