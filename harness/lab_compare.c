@@ -76,8 +76,12 @@ static moe_status read_line(lab_compare_set *set, int side, const char *path, in
     const double median = strtod(f[6], &end);
     if (end == f[6] || *end || !isfinite(median) || median < 0)
         return moe_fail(err, MOE_ERR_FORMAT, "%s:%d: field median_us: '%s' is no time", path, ln, f[6]);
+    const int rows_before = set->n;
     lab_compare_row *r = row_of(set, f[0], f[1], (int)T);
     if (!r) return moe_fail(err, MOE_ERR_NOMEM, "%s:%d: out of memory", path, ln);
+    if (set->n > rows_before && set->n > LAB_COMPARE_MAX_ROWS)
+        return moe_fail(err, MOE_ERR_FORMAT, "%s:%d: more than %d (shape, variant, T) of stage \"%s\": "
+                        "not a lab's runs", path, ln, LAB_COMPARE_MAX_ROWS, set->stage);
     if (r->runs[side] == LAB_COMPARE_MAX_RUNS)
         return moe_fail(err, MOE_ERR_FORMAT, "%s:%d: more than %d runs of %s %s T = %ld on one side",
                         path, ln, LAB_COMPARE_MAX_RUNS, f[0], f[1], T);

@@ -14,7 +14,7 @@
  *     called only at p <= LAB_COMPARE_ALPHA. One run a side can never show one (p = 1); three
  *     a side at best p = 0.1; four a side 0.029;
  *   - a malformed file is refused whole, with its name and line: nothing is compared from
- *     part of a file.
+ *     part of a file; so is one that holds more than LAB_COMPARE_MAX_ROWS (shape, variant, T).
  * Library code: returns moe_status, never exits.
  */
 #ifndef INKLING_LAB_COMPARE_H
@@ -26,6 +26,8 @@
 #include <stdio.h>
 
 #define LAB_COMPARE_MAX_RUNS 16 /* runs a side of one (shape, variant, T, stage) */
+#define LAB_COMPARE_MAX_ROWS 4096 /* (shape, variant, T) of the stage: far above a lab's 16 T by
+                                     16 variants a shape, and a bound on the time a file takes */
 #define LAB_COMPARE_ALPHA 0.05
 #define LAB_COMPARE_NAME 64     /* the longest shape, variant or stage name kept */
 

@@ -154,6 +154,9 @@ static void test_table_by_hand(void **state) {
 static void test_malformed_refused(void **state) {
     (void)state;
     char good[512] = "", many[4096] = "";
+    static char keys[(LAB_COMPARE_MAX_ROWS + 1) * 64];
+    for (int t = 1, len = 0; t <= LAB_COMPARE_MAX_ROWS + 1; t++) /* distinct T past the bound */
+        len += snprintf(keys + len, sizeof keys - (size_t)len, "s,v,%d,serving graph,1,1,1.0,1,1,1,1,1,1\n", t);
     row(good, sizeof good, "cuda", 1, 90);
     for (int i = 0; i <= LAB_COMPARE_MAX_RUNS; i++) row(many, sizeof many, "cuda", 1, 90 + i);
     char long_line[5000];
@@ -174,6 +177,7 @@ static void test_malformed_refused(void **state) {
         {many, ":17: more than 16 runs of inkling-small cuda T = 1", false}, /* good.csv held one */
         {"shape,variant\n", ":1: not a lab CSV", true},
         {"", ": empty", true},
+        {keys, ":4097: more than 4096 (shape, variant, T)", false}, /* good.csv held one */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         lab_compare_set set;
