@@ -535,9 +535,13 @@ moe_status mark(cuda_state *s, bool timed, int i, cudaStream_t stream, moe_error
  * front end and the routed GEMMs run beside the sink GEMM1; planned for about 60 % of the
  * multiprocessors (80 of an H200's 132), it leaves them room: the serving graph 82.2-82.8 us at
  * T = 1 and 234.7-235.6 at T = 8 against 88.0 and 241.2-242.0 planned for all; 33, 50, 66 and
- * 100 gained less, and at T = 64 nothing (docs/device-notes.md). */
+ * 100 gained less, and at T = 64 nothing (docs/device-notes.md). With today's kernels 64, 72, 88
+ * and 96 were not told apart from 80 at T = 1 on an H100 (five processes each, forty-fifth run). */
+#ifndef SINK_SMS_OF_132 /* (an experiment's knob: NVFLAGS='-O3 -g -lineinfo -DSINK_SMS_OF_132=88') */
+#define SINK_SMS_OF_132 80
+#endif
 int sink_sms(const cuda_state *s, int T) {
-    return T <= MOE_CUDA_FRONT_SMALL_MAX_T ? s->sm_count * 80 / 132 : 0;
+    return T <= MOE_CUDA_FRONT_SMALL_MAX_T ? s->sm_count * SINK_SMS_OF_132 / 132 : 0;
 }
 
 /* Whether the path `cuda` runs the sinks' GEMMs on the small kernels (cuda_sinks_small.cu),
