@@ -9,7 +9,7 @@
 # serving graph) side by side with the exact rank-sum p of the rounds' medians: four rounds a
 # side can tell a difference apart, three cannot (harness/lab_compare.h).
 #
-# DIR (default a new folder under /tmp) keeps baseline.csv, candidate.csv and every run's log.
+# DIR (default a new folder under $TMPDIR or /tmp) keeps baseline.csv, candidate.csv and every run's log.
 # -m PCT: exit 1 if the candidate is slower by more than PCT % where the test tells it apart.
 # Exit 77 when the lab cannot run here (no GPU), with its reason; a run that fails stops it.
 set -eu
@@ -35,8 +35,11 @@ for tool in "$baseline" "$candidate" ${compare:+"$compare"}; do
     [ -x "$tool" ] || { echo "ab.sh: $tool: not an executable inkling-moe" >&2; exit 2; }
 done
 [ -n "$compare" ] || compare=$candidate
-[ -n "$dir" ] || dir=$(mktemp -d /tmp/ab.XXXXXX)
-mkdir -p "$dir"
+if [ -z "$dir" ]; then
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/ab.XXXXXX" 2>/dev/null) ||
+        { echo "ab.sh: cannot make a folder under ${TMPDIR:-/tmp}; name one with -o" >&2; exit 2; }
+fi
+mkdir -p "$dir" 2>/dev/null || { echo "ab.sh: -o: cannot make the folder $dir" >&2; exit 2; }
 [ ! -e "$dir/baseline.csv" ] && [ ! -e "$dir/candidate.csv" ] ||
     { echo "ab.sh: $dir already holds a comparison's CSVs; name a new folder" >&2; exit 2; }
 echo "ab: $rounds rounds of \`lab $*\` into $dir; baseline $baseline, candidate $candidate"
