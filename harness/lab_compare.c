@@ -26,7 +26,8 @@ void lab_compare_free(lab_compare_set *set) {
     memset(set, 0, sizeof *set);
 }
 
-/* line (no newline) -> its comma-separated fields (pointers into line, which is cut). */
+/* line (no newline) -> its comma-separated fields (pointers into line, which is cut; the first
+ * CSV_FIELDS + 1 kept); returns how many there are. */
 static int split_fields(char *line, char *fields[CSV_FIELDS + 1]) {
     int n = 0;
     for (char *p = line;; p++) {
@@ -38,6 +39,7 @@ static int split_fields(char *line, char *fields[CSV_FIELDS + 1]) {
     }
 }
 
+/* The set's row of (shape, variant, T), added without runs if new; NULL out of memory. */
 static lab_compare_row *row_of(lab_compare_set *set, const char *shape, const char *variant, int T) {
     for (int i = 0; i < set->n; i++) {
         lab_compare_row *r = &set->rows[i];
