@@ -312,19 +312,22 @@ cuda-check: config $(TOOL)
 	@echo "cuda-check: built; on a GPU host: $(TOOL) lab --variant all (inkling-moe lab --help)"
 
 # The CUDA benchmark on a GPU host (not part of make test): the kernel lab over every CUDA
-# variant, Inkling-Small at T = 1, 8, 64, 512, 4096 and Inkling at T = 1, 64, into one CSV (a row
-# per shape, variant, T and stage; columns in harness/lab.h) under $(BENCH_CUDA_DIR), with the
-# lab's logs, then its pictures where gnuplot is (else: make bench-plot CSV=... anywhere).
+# variant, Inkling-Small at T = 1, 8, 64, 512, 4096 on its own (skewed) routing and on uniform
+# routing (lab --routing uniform: the routing contract.md [floors] counts) and Inkling at T = 1,
+# 64, into one CSV (a row per shape, variant, T and stage; columns in harness/lab.h) under
+# $(BENCH_CUDA_DIR), with the lab's logs, then its pictures where gnuplot is (else: make
+# bench-plot CSV=... anywhere).
 BENCH_CUDA_DIR   ?= $(BUILD)/bench-cuda
 BENCH_CUDA_ITERS ?= 20
 BENCH_CUDA_ARGS  ?= --variant all --check 1
 .PHONY: bench-cuda bench-plot
 bench-cuda: config $(TOOL)
 	@mkdir -p $(BENCH_CUDA_DIR); csv=$(BENCH_CUDA_DIR)/bench-cuda.csv; rm -f $$csv; \
-	for run in "inkling-small 1,8,64,512,4096" "inkling 1,64"; do set -- $$run; \
-	    { $(TOOL) lab --shape $$1 --tokens $$2 --iters $(BENCH_CUDA_ITERS) $(BENCH_CUDA_ARGS) \
-	        --csv $$csv 2>&1; echo $$? > $(BENCH_CUDA_DIR)/$$1.rc; } | tee $(BENCH_CUDA_DIR)/$$1.log; \
-	    rc=$$(cat $(BENCH_CUDA_DIR)/$$1.rc); [ $$rc -eq 0 ] || { echo "bench-cuda: lab exit $$rc on $$1"; exit $$rc; }; \
+	for run in "inkling-small 1,8,64,512,4096 skewed" "inkling-small 1,8,64,512,4096 uniform" \
+	           "inkling 1,64 skewed"; do set -- $$run; name=$$1; [ $$3 = skewed ] || name=$$1-$$3; \
+	    { $(TOOL) lab --shape $$1 --routing $$3 --tokens $$2 --iters $(BENCH_CUDA_ITERS) $(BENCH_CUDA_ARGS) \
+	        --csv $$csv 2>&1; echo $$? > $(BENCH_CUDA_DIR)/$$name.rc; } | tee $(BENCH_CUDA_DIR)/$$name.log; \
+	    rc=$$(cat $(BENCH_CUDA_DIR)/$$name.rc); [ $$rc -eq 0 ] || { echo "bench-cuda: lab exit $$rc on $$name"; exit $$rc; }; \
 	done; \
 	if command -v gnuplot >/dev/null 2>&1; then sh harness/bench/plot.sh $$csv; \
 	else echo "bench-cuda: no gnuplot here; draw it anywhere: make bench-plot CSV=$$csv"; fi

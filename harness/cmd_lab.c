@@ -3,7 +3,10 @@
  * variant on one layer from the case generator, checked and timed stage by stage.
  *
  * Rules: options are read by the one parser (cli_args.h); the layer is --shape NAME (default
- * inkling-small, with --seed and --format) or --case LINE; --small is --shape small with
+ * inkling-small, with --seed, --format and --routing) or --case LINE; --routing uniform leaves
+ * the shape's gate bias out (the case line's bias=0), so that every token's experts are a uniform
+ * draw, as contract.md [floors] counts them, and labels the shape NAME-uniform (the shapes' own
+ * random bias skews the routing: docs/perf-cuda.md, forty-sixth run); --small is --shape small with
  * --tokens 1,33; --check names the T judged against the reference ("all" by default, "none");
  * --csv FILE appends one row per (variant, T, stage) (the header when the file is new); --list
  * prints the registry's CUDA variants; --tiles the routed rows' tiles at each T (lab_tiles.c).
@@ -24,12 +27,16 @@ static void usage(FILE *f) {
             "usage: inkling-moe lab [--stage " LAB_FOCUS_CHOICES "]\n"
             "         [--variant all|NAME,...] [--shape inkling-small|inkling|small | --case 'LINE' | --small]\n"
             "         [--tokens 1,64,4096] [--iters N] [--check all|none|T,...] [--seed S]\n"
-            "         [--format mxfp4|nvfp4] [--csv FILE] [--timeline] [--list] [--tiles]\n"
+            "         [--format mxfp4|nvfp4] [--routing skewed|uniform] [--csv FILE] [--timeline]\n"
+            "         [--list] [--tiles]\n"
             "  runs every variant (--variant all: each CUDA variant the registry lists) on the same\n"
             "  layer and inputs at each T: bitwise determinism, sampled tokens judged against the\n"
             "  reference with the contract's envelope, the median of --iters calls per stage after\n"
             "  an L2 flush beside the bytes, FLOPs and floor of the stage (--stage: which stages),\n"
             "  and the spread of the layer's calls (p10, median, p90; per stage in the CSV);\n"
+            "  --routing uniform: the shape without its gate bias, so each token's experts are a\n"
+            "  uniform draw (the routing contract.md [floors] counts; the shape's random bias, the\n"
+            "  default `skewed`, gives some experts many times the mean of rows and others none);\n"
             "  --timeline: the kernels of one more serving call as the GPU ran them (CUPTI);\n"
             "  --tiles: only the routed rows an expert and the row tiles they make at each T,\n"
             "  routed on the host (no GPU needed)\n");
@@ -67,7 +74,7 @@ static int parse_check(const char *list, lab_plan *p) {
 int cmd_lab(int argc, char **argv) {
     const char *variants = "cuda", *backends = NULL, *shape = "inkling-small", *line = NULL;
     const char *tokens = NULL, *check = "all", *csv_path = NULL;
-    int focus = LAB_FOCUS_LAYER, iters = 30, format = 0;
+    int focus = LAB_FOCUS_LAYER, iters = 30, format = 0, routing = 0;
     uint64_t seed = 1;
     bool small = false, list = false, timeline = false, tiles = false;
     cli_option opts[] = {
@@ -82,6 +89,7 @@ int cmd_lab(int argc, char **argv) {
         {.name = "--check", .kind = CLI_STRING, .out = &check, .nonempty = true},
         {.name = "--seed", .kind = CLI_U64, .out = &seed},
         {.name = "--format", .kind = CLI_CHOICE, .out = &format, .choices = "mxfp4,nvfp4", .excludes = "--case"},
+        {.name = "--routing", .kind = CLI_CHOICE, .out = &routing, .choices = "skewed,uniform", .excludes = "--case"},
         {.name = "--csv", .kind = CLI_STRING, .out = &csv_path, .nonempty = true},
         {.name = "--list", .kind = CLI_FLAG, .out = &list},
         {.name = "--timeline", .kind = CLI_FLAG, .out = &timeline},
@@ -118,7 +126,8 @@ int cmd_lab(int argc, char **argv) {
     } else {
         const moe_routed_format fmt = format ? MOE_ROUTED_NVFP4 : MOE_ROUTED_MXFP4;
         if (lab_shape_case(shape, seed, fmt, &p.layer, &err)) return cli_fail("lab", "argument --shape: %s", err.msg);
-        snprintf(p.shape, sizeof p.shape, "%s%s", shape, format ? "-nvfp4" : "");
+        if (routing) p.layer.cfg.has_gate_bias = false; /* uniform: no bias to favour an expert */
+        snprintf(p.shape, sizeof p.shape, "%s%s%s", shape, format ? "-nvfp4" : "", routing ? "-uniform" : "");
     }
     if (!tokens) tokens = small ? "1,33" : line ? NULL : "1,64,4096";
     if (tokens) {

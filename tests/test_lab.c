@@ -321,6 +321,9 @@ static void test_command_usage(void **state) {
         {"--variant cuda --backends cuda", "--backends"},
         {"--small --shape inkling", "--small"},
         {"--format bf16", "--format"},
+        {"--routing flat", "--routing"},
+        {"--routing uniform --case 'D=64 I=64 R=8 K=2 S=1 T=3 fmt=mxfp4 bias=1 gscale=1 rs=8 "
+         "split=none pad=0 seed=3 feat=none'", "--routing"},
         {"stray", "stray"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -685,6 +688,30 @@ static void test_tiles_routed_on_host(void **state) {
     assert_non_null(strstr(text, "; 32,16: "));
 }
 
+/* --routing uniform is the shape without its gate bias (bias=0 in the layer's line, which
+ * reproduces it), under a label of its own so that its CSV rows never pair with the shape's;
+ * the default, skewed, keeps the shape's bias. */
+static void test_uniform_routing(void **state) {
+    (void)state;
+    const struct {
+        const char *args, *layer;
+    } runs[] = {
+        {"--small --tokens 64 --tiles", "layer small: D=256 I=128 R=16 K=4 S=2 T=0 fmt=mxfp4 bias=1 "},
+        {"--small --tokens 64 --tiles --routing skewed", "layer small: D=256 I=128 R=16 K=4 S=2 T=0 fmt=mxfp4 bias=1 "},
+        {"--small --tokens 64 --tiles --routing uniform",
+         "layer small-uniform: D=256 I=128 R=16 K=4 S=2 T=0 fmt=mxfp4 bias=0 "},
+        {"--shape small --format nvfp4 --tokens 64 --tiles --routing uniform",
+         "layer small-nvfp4-uniform: D=256 I=128 R=16 K=4 S=2 T=0 fmt=nvfp4 bias=0 "},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        const int rc = run_lab(runs[i].args);
+        const char *text = test_text_of(out_path);
+        if (rc != 0 || strncmp(text, runs[i].layer, strlen(runs[i].layer)) != 0)
+            fail_msg("lab %s: exit %d, output: %s", runs[i].args, rc, text);
+        assert_non_null(strstr(text, "T = 64 (expected 16.0 rows an expert)"));
+    }
+}
+
 /* The picture from a CSV alone: the fixture's (made-up numbers, never a measurement) gives one
  * PNG per (shape, variant). */
 static void test_plot_from_fixture(void **state) {
@@ -717,6 +744,7 @@ int main(void) {
         cmocka_unit_test(test_small_on_gpu),
         cmocka_unit_test(test_plot_from_fixture),      cmocka_unit_test(test_tiles_of),
         cmocka_unit_test(test_tiers_share_the_tiles), cmocka_unit_test(test_tiles_routed_on_host),
+        cmocka_unit_test(test_uniform_routing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
