@@ -127,7 +127,7 @@ struct cuda_state {
     float *sink_y;      /* [T, D] */
     float *out;         /* [T, D] */
     int32_t *counts;    /* [E] */
-    int32_t *n_tiles;   /* [1] */
+    int32_t *n_tiles;   /* [moe_cuda_tile_counts(E)]: the table's tiles, the tiers' lists */
     unsigned *front_ticket; /* [1] the small-T front end's, zero between launches */
     /* the device entry's captured layers (capture_layer), the least recently used replaced */
     layer_graph graphs[GRAPH_CACHE];
@@ -406,7 +406,7 @@ moe_status create_variant(moe_cuda_variant variant, const moe_shard *sh, const m
     CREATE_TRY(cudaMalloc(&s->lt_ws_routed, LT_WORKSPACE_BYTES));
     CREATE_TRY(cudaMalloc(&s->lt_ws_sinks, LT_WORKSPACE_BYTES));
     CREATE_TRY(cudaMalloc((void **)&s->counts, (size_t)(s->E > 0 ? s->E : 1) * sizeof(int32_t)));
-    CREATE_TRY(cudaMalloc((void **)&s->n_tiles, sizeof(int32_t)));
+    CREATE_TRY(cudaMalloc((void **)&s->n_tiles, moe_cuda_tile_counts(s->E) * sizeof(int32_t)));
 #undef CREATE_TRY
     {
         cublasStatus_t ls = cublasLtCreate(&s->lt);
@@ -773,27 +773,31 @@ moe_status finish_download(cuda_state *s, int T, float *out, moe_error *err) {
     return MOE_OK;
 }
 
-/* One expert-GEMM implementation: its tile size and its two kernels' launchers. */
+/* One expert-GEMM implementation: its tiers of tile sizes (the grouping's tile rows first) and
+ * its two kernels' launchers. */
 struct expert_kernels {
     const char *name;
-    int tile_m;
+    const moe_cuda_tiers *tiers;
     moe_cuda_expert_gemm1_fn *gemm1;
     moe_cuda_expert_gemm2_fn *gemm2;
 };
 
-const expert_kernels wmma_kernels = {"wmma", MOE_CUDA_TILE_M, moe_cuda_expert_gemm1,
+const moe_cuda_tiers wmma_tiles = {1, {MOE_CUDA_TILE_M}}, gemv_tiles = {1, {MOE_CUDA_GEMV_M}},
+                     mma16_tiles = {1, {2 * MOE_CUDA_GEMV_M}};
+const expert_kernels wmma_kernels = {"wmma", &wmma_tiles, moe_cuda_expert_gemm1,
                                      moe_cuda_expert_gemm2};
-const expert_kernels gemv_kernels = {"gemv", MOE_CUDA_GEMV_M, moe_cuda_expert_gemv1,
+const expert_kernels gemv_kernels = {"gemv", &gemv_tiles, moe_cuda_expert_gemv1,
                                      moe_cuda_expert_gemv2};
-const expert_kernels mma_kernels = {"mma", MOE_CUDA_GEMV_M, moe_cuda_expert_mma1,
+const expert_kernels mma_kernels = {"mma", &gemv_tiles, moe_cuda_expert_mma1,
                                     moe_cuda_expert_mma2};
-const expert_kernels mma16_kernels = {"mma16", 2 * MOE_CUDA_GEMV_M, moe_cuda_expert_mma1_m16,
+const expert_kernels mma16_kernels = {"mma16", &mma16_tiles, moe_cuda_expert_mma1_m16,
                                       moe_cuda_expert_mma2_m16};
 const expert_kernels wgmma_kernels[] = {
-    {"wgmma16", 16, moe_cuda_expert_wg1_16, moe_cuda_expert_wg2_16},
-    {"wgmma32-16", 32, moe_cuda_expert_wg1_32_16, moe_cuda_expert_wg2_32_16},
-    {"wgmma128-32-16", 128, moe_cuda_expert_wg1_128_32_16, moe_cuda_expert_wg2_128_32_16},
-    {"wgmma16-split", 16, moe_cuda_expert_wg1_16_split, moe_cuda_expert_wg2_16_split},
+    {"wgmma16", &moe_cuda_wg_tiers_16, moe_cuda_expert_wg1_16, moe_cuda_expert_wg2_16},
+    {"wgmma32-16", &moe_cuda_wg_tiers_32_16, moe_cuda_expert_wg1_32_16, moe_cuda_expert_wg2_32_16},
+    {"wgmma128-32-16", &moe_cuda_wg_tiers_128_32_16, moe_cuda_expert_wg1_128_32_16,
+     moe_cuda_expert_wg2_128_32_16},
+    {"wgmma16-split", &moe_cuda_wg_tiers_16, moe_cuda_expert_wg1_16_split, moe_cuda_expert_wg2_16_split},
 };
 
 /* The wgmma tiles (rows of one expert) for T tokens, from the T * K / R rows an expert has on
@@ -844,7 +848,7 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, uint16
         const moe_cuda_front_args front = {
             T, D, s->G, s->R, K, S, s->shard->cfg.route_scale, s->shard->global_scale,
             x, s->gate_w, s->gate_bias, s->logits, s->ids, s->weights, s->bad, s->front_ticket,
-            s->E, s->expert_first, grouped ? kern->tile_m : 0, s->group_scratch, s->counts,
+            s->E, s->expert_first, grouped ? *kern->tiers : moe_cuda_tiers{}, s->group_scratch, s->counts,
             s->perm, s->tiles, s->n_tiles};
         TRY(moe_cuda_front_small(st, &front, err));
     } else {
@@ -875,7 +879,7 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, uint16
     TRY(run_sinks(s, T, x, beside, sink_gemm1_queued, timed, err));
 
     if (!grouped)
-        TRY(moe_cuda_group(st, T, K, s->E, s->expert_first, kern->tile_m, s->ids, s->bad,
+        TRY(moe_cuda_group(st, T, K, s->E, s->expert_first, *kern->tiers, s->ids, s->bad,
                            s->group_scratch, s->counts, s->perm, s->tiles, s->n_tiles, err));
     TRY(mark(s, timed, EV_GROUP, st, err));
     TRY(kern->gemm1(st, &s->experts, T, K, x, s->counts, s->perm, s->tiles, s->n_tiles, s->h,

@@ -94,6 +94,8 @@ struct stream_args {
     float *y_out;           /* stage 2: [T*K, N] */
     int rows_lo, rows_hi;   /* wgmma tiers: only the tiles with rows_lo < (rows left in the
                                expert from the tile's first) <= rows_hi; rows_hi 0: every tile */
+    const int32_t *tier_count, *tier_list; /* a wgmma tier above the first: its tiles' count and
+                               table indices (the grouping's lists), else NULL */
 };
 
 /* GEMM1 (x -> h through w13) and GEMM2 (h -> y through w2) as stream_args. */
@@ -102,14 +104,14 @@ inline stream_args stream_args_gemm1(const moe_cuda_experts *ex, int T, int K, c
                                      const moe_cuda_tile *tiles, const int32_t *n_tiles,
                                      uint16_t *h) {
     stream_args p = {x, K, ex->w13_mx, ex->w13_scale, 2 * ex->IL, ex->D, T, counts, perm, tiles,
-                     n_tiles, h, NULL, 0, 0};
+                     n_tiles, h, NULL, 0, 0, NULL, NULL};
     return p;
 }
 inline stream_args stream_args_gemm2(const moe_cuda_experts *ex, int T, const uint16_t *h,
                                      const int32_t *counts, const int32_t *perm,
                                      const moe_cuda_tile *tiles, const int32_t *n_tiles, float *y) {
     stream_args p = {h, 1, ex->w2_mx, ex->w2_scale, ex->D, ex->IL, T, counts, perm, tiles, n_tiles,
-                     NULL, y, 0, 0};
+                     NULL, y, 0, 0, NULL, NULL};
     return p;
 }
 

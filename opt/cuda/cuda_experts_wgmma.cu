@@ -49,7 +49,8 @@
  *     products stay in flight while the next chunk is decoded (12 % off GEMM1 at T = 4096);
  *   - an expert's last tile is mostly empty under a skewed routing, so the kernels come in
  *     tiers (launch_tiers): the table's tiles of 128 or 32 rows, each taken by the smallest
- *     kernel that holds its rows left, the tiers' kernels side by side;
+ *     kernel that holds its rows left, the tiers' kernels side by side, each smaller tier's
+ *     tiles from the list the grouping made of them;
  *   - GEMM1's warp rows g and g + 8 are the gate and up rows of one intermediate channel, so
  *     SwiGLU is cuda_experts.cu's epilogue in registers; GEMM2 writes y in fp32;
  *   - GEMM2 is GEMM1's programmatic dependent launch and waits, tile by tile, for the count of
@@ -311,15 +312,18 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
     static_assert(THREADS > BN, "GEMM2's wait for GEMM1 by a thread that reads no row");
     const int n_rt = wg_row_tiles(STAGE, p.N), n_kc = wg_chunks(p.Kdim), n_rtb = (n_rt + RT - 1) / RT;
     const int ks = (int)(blockIdx.x % (unsigned)KS), block = (int)(blockIdx.x / (unsigned)KS);
-    const int rtb = block % n_rtb, tile_i = block / n_rtb;
+    const int rtb = block % n_rtb, tier_j = block / n_rtb;
     const int kc_begin = ks * n_kc / KS, kc_end = (ks + 1) * n_kc / KS; /* this block's chunks */
     const int n_chunks = kc_end - kc_begin, n_stages = (n_chunks + CPS - 1) / CPS;
-    if (tile_i >= *p.n_tiles) return; /* an exited block counts as one that let GEMM2 launch */
+    /* a tier above the first takes the tiles of its list, the others the table in order; an
+     * exited block counts as one that let GEMM2 launch */
+    if (tier_j >= *(p.tier_list ? p.tier_count : p.n_tiles)) return;
     /* GEMM2 may launch once every block is past here; it writes only y, so nothing that GEMM1
      * reads changes under it */
     if (STAGE == 1 || p.rows_hi > 0) launch_dependents(); /* (GEMM2's next tier too) */
+    const int tile_i = p.tier_list ? p.tier_list[tier_j] : tier_j;
     const moe_cuda_tile tile = p.tiles[tile_i];
-    if (p.rows_hi > 0) { /* a tier: the tile is another tier's unless its rows left fit here */
+    if (p.rows_hi > 0 && !p.tier_list) { /* the first tier: another tier's tile unless it fits */
         const int rows_left = p.counts[tile.expert] - tile.row0;
         if (rows_left <= p.rows_lo || rows_left > p.rows_hi) return;
     }
@@ -722,7 +726,9 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
     p.w_mx = codes, p.w_scale = scales;
     const uint8_t *two_products = scales + wg_flags_offset(STAGE, ex->E, p.N, p.Kdim);
     const int n_rtb = (wg_row_tiles(STAGE, p.N) + RT - 1) / RT;
-    const long blocks = (long)n_rtb * moe_cuda_tile_bound(T, K, ex->E, table_m) * KS;
+    const long bound = moe_cuda_tile_bound(T, K, ex->E, table_m);
+    const long tiles = p.tier_list && ex->E < bound ? ex->E : bound; /* a listed tier: one an expert */
+    const long blocks = (long)n_rtb * tiles * KS;
     wg_split split = {ex->split_partial, ex->split_counters};
     if (STAGE == 2 && KS > 1 && split.partial && split.counters) { /* GEMM2's own region */
         const size_t pairs = split_pairs(T, K, ex->E, ex->D, ex->IL);
@@ -812,10 +818,15 @@ moe_status launch_rows(int bn, int table_m, cudaStream_t stream, const moe_cuda_
     return moe_fail(err, MOE_ERR_INTERNAL, "cuda: no wgmma kernel of %d rows a tile", bn);
 }
 
-/* Tiers of tile sizes (sizes [n], descending): the grouping makes tiles of sizes[0] rows, and
- * the kernel of sizes[i] takes the tiles whose rows left (in the expert, from the tile's first)
- * exceed sizes[i + 1], the first any number above, the last every tile left; each launches
- * beside the one before. A skewed routing leaves most of an expert's last tile empty (at
+/* Tiers of tile sizes (tiers.rows [tiers.n], descending): the grouping makes tiles of rows[0]
+ * rows, and the kernel of rows[i] takes the tiles whose rows left (in the expert, from the
+ * tile's first) exceed rows[i + 1], the first any number above, the last every tile left; each
+ * launches beside the one before. The first reads the table in order and leaves the other
+ * tiers' tiles; each other tier reads the list the grouping made of its tiles (at most one an
+ * expert, so a grid of E tiles at most), and its blocks past the list's count leave after one
+ * read (three dependent reads before: on an H100 the layer at T = 4096 0.7-0.8 % faster on both
+ * routings, T = 2048 1.2 % on uniform routing, T = 1500 0.9 % slower on the skewed one;
+ * docs/perf-cuda.md, forty-sixth run). A skewed routing leaves most of an expert's last tile empty (at
  * T = 4096 the 128-row tiles hold 71 rows on average, at T = 512 the 32-row ones 13,
  * docs/perf-cuda.md, twenty-sixth run), and a block's fixed cost is smaller on the small
  * tiles' kernels: 128,32,16 took the layer from 3541-3546 to 3365-3377 us at T = 4096 and
@@ -823,11 +834,15 @@ moe_status launch_rows(int bn, int table_m, cudaStream_t stream, const moe_cuda_
  * 943 (16 alone) to 893-896 at T = 256 (twenty-seventh run; cuda_backend.cu's wgmma_for picks
  * the tiers by T). One size: no filter at all. */
 template <int STAGE>
-moe_status launch_tiers(const int *sizes, int n, cudaStream_t stream, const moe_cuda_experts *ex,
+moe_status launch_tiers(const moe_cuda_tiers &tiers, cudaStream_t stream, const moe_cuda_experts *ex,
                         int T, int K, stream_args p, wg_chain chain, moe_error *err) {
+    const int n = tiers.n, *sizes = tiers.rows;
     for (int i = 0; i < n; i++) {
         p.rows_hi = n == 1 ? 0 : i == 0 ? INT_MAX : sizes[i];
         p.rows_lo = i + 1 < n ? sizes[i + 1] : 0;
+        /* a tier above the first: the tiles the grouping listed for it (cuda_internal.h) */
+        p.tier_count = i > 0 ? p.n_tiles + i : NULL;
+        p.tier_list = i > 0 ? p.n_tiles + moe_cuda_tier_list(i, ex->E) : NULL;
         if (i > 0) chain.beside_previous = true;
         const moe_status st = launch_rows<STAGE>(sizes[i], sizes[0], stream, ex, T, K, p, chain, err);
         if (st != MOE_OK) return st;
@@ -835,27 +850,27 @@ moe_status launch_tiers(const int *sizes, int n, cudaStream_t stream, const moe_
     return MOE_OK;
 }
 
-#define WGMMA_LAUNCHERS(NAME, ...)                                                                \
-    static const int sizes_##NAME[] = {__VA_ARGS__};                                              \
+#define WGMMA_LAUNCHERS(NAME, N, ...)                                                             \
+    const moe_cuda_tiers moe_cuda_wg_tiers_##NAME = {N, {__VA_ARGS__}};                           \
     moe_status moe_cuda_expert_wg1_##NAME(cudaStream_t stream, const moe_cuda_experts *ex, int T, \
                                           int K, const uint16_t *x, const int32_t *counts,        \
                                           const int32_t *perm, moe_cuda_tile *tiles,              \
                                           const int32_t *n_tiles, uint16_t *h, moe_error *err) {  \
         const stream_args p = stream_args_gemm1(ex, T, K, x, counts, perm, tiles, n_tiles, h);    \
-        return launch_tiers<1>(sizes_##NAME, (int)(sizeof sizes_##NAME / sizeof(int)), stream, ex, \
-                               T, K, p, chain_gemm1(tiles), err);                                 \
+        return launch_tiers<1>(moe_cuda_wg_tiers_##NAME, stream, ex, T, K, p, chain_gemm1(tiles), \
+                               err);                                                              \
     }                                                                                             \
     moe_status moe_cuda_expert_wg2_##NAME(cudaStream_t stream, const moe_cuda_experts *ex, int T, \
                                           int K, const uint16_t *h, const int32_t *counts,        \
                                           const int32_t *perm, const moe_cuda_tile *tiles,        \
                                           const int32_t *n_tiles, float *y, moe_error *err) {     \
         const stream_args p = stream_args_gemm2(ex, T, h, counts, perm, tiles, n_tiles, y);       \
-        return launch_tiers<2>(sizes_##NAME, (int)(sizeof sizes_##NAME / sizeof(int)), stream, ex, \
-                               T, K, p, chain_gemm2(ex), err);                                    \
+        return launch_tiers<2>(moe_cuda_wg_tiers_##NAME, stream, ex, T, K, p, chain_gemm2(ex),    \
+                               err);                                                              \
     }
-WGMMA_LAUNCHERS(16, 16)
-WGMMA_LAUNCHERS(32_16, 32, 16)
-WGMMA_LAUNCHERS(128_32_16, 128, 32, 16)
+WGMMA_LAUNCHERS(16, 1, 16)
+WGMMA_LAUNCHERS(32_16, 2, 32, 16)
+WGMMA_LAUNCHERS(128_32_16, 3, 128, 32, 16)
 moe_status moe_cuda_expert_wg1_16_split(cudaStream_t stream, const moe_cuda_experts *ex, int T,
                                         int K, const uint16_t *x, const int32_t *counts,
                                         const int32_t *perm, moe_cuda_tile *tiles,

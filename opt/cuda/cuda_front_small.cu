@@ -95,9 +95,9 @@ __global__ void __launch_bounds__(FRONT_THREADS) front_small_kernel(moe_cuda_fro
             route_token_warp(t, D, a.R, a.K, a.S, a.route_scale, a.global_scale, a.x, a.logits,
                              a.bias, a.ids, a.weights, a.bad,
                              reinterpret_cast<char *>(front_smem) + (size_t)warp * route_warp_bytes);
-    if (a.tile_m <= 0) return; /* the whole block: grouped by the grouping kernels */
+    if (a.tiers.n <= 0) return; /* the whole block: grouped by the grouping kernels */
     __syncthreads(); /* ids and bad, written by this block, are visible to all of it */
-    group_in_one_block(T * a.K, T, a.K, a.E, a.expert_first, a.tile_m, a.ids, a.bad,
+    group_in_one_block(T * a.K, T, a.K, a.E, a.expert_first, a.tiers, a.ids, a.bad,
                        a.chunk_counts, a.counts, a.perm, a.tiles, a.n_tiles, scan_storage);
 }
 
@@ -114,9 +114,9 @@ bool moe_cuda_front_small_groups(int T, int K) {
 moe_status moe_cuda_front_small(cudaStream_t stream, const moe_cuda_front_args *a,
                                 moe_error *err) {
     if (!moe_cuda_front_small_fits(a->T, a->D) ||
-        (a->tile_m > 0 && !moe_cuda_front_small_groups(a->T, a->K)))
+        (a->tiers.n > 0 && !moe_cuda_front_small_groups(a->T, a->K)))
         return moe_fail(err, MOE_ERR_INTERNAL, "cuda: small front end called with T %d, D %d, "
-                        "K %d, tile %d", a->T, a->D, a->K, a->tile_m);
+                        "K %d, %d tiers", a->T, a->D, a->K, a->tiers.n);
     const size_t warp_bytes = (route_warp_smem(a->R, a->K, a->S) + 7) / 8 * 8;
     int warps = (int)(FRONT_SMEM_DEFAULT / warp_bytes);
     warps = warps < 1 ? 1 : warps > FRONT_WARPS ? FRONT_WARPS : warps;

@@ -56,11 +56,13 @@ __device__ void walk_chunk(int chunk, int n, int T, int K, int E, int expert_fir
 }
 
 /* chunk_counts [n_chunks, E] -> in place, each (chunk, expert)'s first position in the expert's
- * group; counts [E]; tiles and n_tiles [1]. Called by every thread of one block. */
-__device__ void offsets_and_tiles(int n_chunks, int E, int tile_m, int32_t *chunk_counts,
+ * group; counts [E]; tiles of tiers.rows[0] rows, n_tiles [moe_cuda_tile_counts(E)] with each
+ * tier's list (cuda_internal.h). Called by every thread of one block. */
+__device__ void offsets_and_tiles(int n_chunks, int E, moe_cuda_tiers tiers, int32_t *chunk_counts,
                                   int32_t *counts, moe_cuda_tile *tiles, int32_t *n_tiles,
                                   typename block_scan::TempStorage &scan_storage) {
-    int base = 0;
+    const int tile_m = tiers.rows[0];
+    int base = 0, listed[MOE_CUDA_MAX_TIERS] = {0};
     for (int e0 = 0; e0 < E; e0 += GROUP_THREADS) {
         const int e = e0 + (int)threadIdx.x;
         int total = 0;
@@ -80,15 +82,27 @@ __device__ void offsets_and_tiles(int n_chunks, int E, int tile_m, int32_t *chun
             moe_cuda_tile tile = {e, i * tile_m, 0};
             tiles[base + offset + i] = tile;
         }
+        /* the expert's last tile into its tier's list, in expert order (a scan a tier) */
+        const int last_tier = mine > 0 ? moe_cuda_tier_of(&tiers, total - (mine - 1) * tile_m) : 0;
+        for (int k = 1; k < tiers.n; k++) {
+            __syncthreads(); /* scan_storage is reused */
+            int at, in_tier;
+            block_scan(scan_storage).ExclusiveSum(last_tier == k ? 1 : 0, at, in_tier);
+            if (last_tier == k) n_tiles[moe_cuda_tier_list(k, E) + listed[k] + at] = base + offset + mine - 1;
+            listed[k] += in_tier;
+        }
         base += sum;
         __syncthreads(); /* scan_storage is reused */
     }
-    if (threadIdx.x == 0) *n_tiles = base;
+    if (threadIdx.x == 0) {
+        *n_tiles = base;
+        for (int k = 1; k < tiers.n; k++) n_tiles[k] = listed[k];
+    }
 }
 
 /* Everything in one block of GROUP_THREADS threads (n_chunks <= GROUP_WARPS): count, scan +
  * tiles, scatter. Every thread of the block calls it. */
-__device__ void group_in_one_block(int n, int T, int K, int E, int expert_first, int tile_m,
+__device__ void group_in_one_block(int n, int T, int K, int E, int expert_first, moe_cuda_tiers tiers,
                                    const int32_t *ids, const int32_t *bad, int32_t *chunk_counts,
                                    int32_t *counts, int32_t *perm, moe_cuda_tile *tiles,
                                    int32_t *n_tiles,
@@ -98,7 +112,7 @@ __device__ void group_in_one_block(int n, int T, int K, int E, int expert_first,
     if (warp < n_chunks)
         walk_chunk<false>(warp, n, T, K, E, expert_first, ids, bad, chunk_counts, perm);
     __syncthreads(); /* the counts in global memory are visible to the whole block */
-    offsets_and_tiles(n_chunks, E, tile_m, chunk_counts, counts, tiles, n_tiles, scan_storage);
+    offsets_and_tiles(n_chunks, E, tiers, chunk_counts, counts, tiles, n_tiles, scan_storage);
     if (warp < n_chunks)
         walk_chunk<true>(warp, n, T, K, E, expert_first, ids, bad, chunk_counts, perm);
 }

@@ -76,6 +76,40 @@ typedef struct {
     int gemm1_done;
 } moe_cuda_tile;
 
+/* The tiers of tile sizes of a wgmma kernel set (cuda_experts_wgmma.cu, launch_tiers): rows[0]
+ * the table's rows a tile, then each smaller kernel's, descending; n = 1: one kernel, no tiers.
+ * Tier k > 0 takes the tiles whose rows left in their expert (from the tile's first row) are at
+ * most rows[k] and above rows[k + 1] (0 past the last), tier 0 every other tile: only an
+ * expert's last tile can be in a tier above 0, so such a tier holds at most one tile an expert. */
+#define MOE_CUDA_MAX_TIERS 3
+typedef struct {
+    int n;
+    int rows[MOE_CUDA_MAX_TIERS];
+} moe_cuda_tiers;
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline int moe_cuda_tier_of(const moe_cuda_tiers *t, int rows_left) {
+    int tier = 0;
+    for (int k = 1; k < t->n; k++)
+        if (rows_left <= t->rows[k]) tier = k;
+    return tier;
+}
+/* The grouping's counts, n_tiles [moe_cuda_tile_counts(E)]: n_tiles[0] the table's tiles; with
+ * tiers, n_tiles[k] (0 < k < n) the tiles of tier k, whose table indices (experts ascending)
+ * stand from n_tiles + moe_cuda_tier_list(k, E) on, so that a tier's kernel finds its tiles
+ * without reading every other tier's (each empty block of a tier cost three dependent reads:
+ * 1.8 % of the layer at T = 4096, docs/perf-cuda.md, forty-sixth run). */
+static inline size_t moe_cuda_tile_counts(int E) {
+    return MOE_CUDA_MAX_TIERS + (size_t)(MOE_CUDA_MAX_TIERS - 1) * (size_t)(E > 0 ? E : 0);
+}
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline size_t moe_cuda_tier_list(int k, int E) {
+    return MOE_CUDA_MAX_TIERS + (size_t)(k - 1) * (size_t)E;
+}
+
 /* Upper bound on the tiles that T*K assignments over E local experts can need, tile_m rows a
  * tile (each expert's last tile may be partial). */
 static inline int moe_cuda_tile_bound(int T, int K, int E, int tile_m) {
@@ -89,8 +123,8 @@ static inline int moe_cuda_tile_bound(int T, int K, int E, int tile_m) {
 /* What the small-T front end reads and writes. x [T, D] bf16, gate_w [G, D] bf16, bias [R] or
  * NULL -> logits [T, G] fp32, rows moe_cuda_gate_rows(G) apart (fp32 sums in one fixed order),
  * ids [T, K], weights [T, K+S], bad [T]; ticket [1], zero between launches. Grouping when
- * tile_m > 0 (as moe_cuda_group): chunk_counts (scratch), counts [E], perm [E, T], tiles,
- * n_tiles [1]. */
+ * tiers.n > 0 (as moe_cuda_group): chunk_counts (scratch), counts [E], perm [E, T], tiles,
+ * n_tiles [moe_cuda_tile_counts(E)]. */
 typedef struct {
     int T, D, G, R, K, S;
     float route_scale, global_scale;
@@ -101,7 +135,8 @@ typedef struct {
     float *weights;
     int32_t *bad;
     unsigned *ticket;
-    int E, expert_first, tile_m;
+    int E, expert_first;
+    moe_cuda_tiers tiers;
     int32_t *chunk_counts, *counts, *perm;
     moe_cuda_tile *tiles;
     int32_t *n_tiles;
@@ -166,9 +201,11 @@ static inline size_t moe_cuda_group_scratch(int T, int K, int E) {
 
 /* Assignments grouped by local expert, ordered by (token, slot) inside each group, in O(T*K):
  * ids [T, K], bad [T], chunk_counts [moe_cuda_group_scratch(T, K, E)] (scratch) -> counts [E],
- * perm [E, T] (assignment indices), tiles [moe_cuda_tile_bound(T, K, E, tile_m)] of tile_m rows
- * each, n_tiles [1]. Expert el holds global id expert_first + el. */
-moe_status moe_cuda_group(cudaStream_t stream, int T, int K, int E, int expert_first, int tile_m,
+ * perm [E, T] (assignment indices), tiles [moe_cuda_tile_bound(T, K, E, tiers.rows[0])] of
+ * tiers.rows[0] rows each, n_tiles [moe_cuda_tile_counts(E)] (with the tiers' lists). Expert el
+ * holds global id expert_first + el. */
+moe_status moe_cuda_group(cudaStream_t stream, int T, int K, int E, int expert_first,
+                          moe_cuda_tiers tiers,
                           const int32_t *ids, const int32_t *bad, int32_t *chunk_counts,
                           int32_t *counts, int32_t *perm, moe_cuda_tile *tiles, int32_t *n_tiles,
                           moe_error *err);
@@ -228,6 +265,8 @@ moe_cuda_expert_gemm2_fn moe_cuda_expert_mma2, moe_cuda_expert_mma2_m16;
  * of at most 16 rows); wg1_16_split, wg2_16_split: tiles of 16 rows with the
  * reduction split into MOE_CUDA_WG_SPLIT slices, for T <= MOE_CUDA_WG_SPLIT_MAX_T, through
  * ex's split scratch (a few tokens have too few tiles to keep every multiprocessor streaming). */
+/* Their tiers (the first, the grouping's tile rows). */
+extern const moe_cuda_tiers moe_cuda_wg_tiers_16, moe_cuda_wg_tiers_32_16, moe_cuda_wg_tiers_128_32_16;
 moe_cuda_expert_gemm1_fn moe_cuda_expert_wg1_16, moe_cuda_expert_wg1_32_16,
     moe_cuda_expert_wg1_128_32_16, moe_cuda_expert_wg1_16_split;
 moe_cuda_expert_gemm2_fn moe_cuda_expert_wg2_16, moe_cuda_expert_wg2_32_16,

@@ -22,14 +22,22 @@ extern "C" {
 /* Entries of the tile table that moe_cuda_group_run may write (MOE_CUDA_TILE_INTS int32 each). */
 int moe_cuda_group_tile_bound(int T, int K, int E, int tile_m);
 
+/* int32 values of the grouping's counts and tier lists for E local experts. */
+size_t moe_cuda_group_tile_counts(int E);
+
 /* The grouping (cuda_group.cu) on device `device`: ids [T, K], bad [T] (non-zero: token left
  * out) -> counts [E], perm [E, T] (expert el's assignments t*K+k in ascending order in
- * perm[el*T ..], the rest -1), tiles [moe_cuda_group_tile_bound(..)][MOE_CUDA_TILE_INTS]
- * (local expert, first row, 0; n_tiles of them, the rest -1), n_tiles [1]. Local expert el
- * holds global id expert_first + el. With T = 0 (or E = 0) nothing runs: every output stays -1. */
-moe_status moe_cuda_group_run(int device, int T, int K, int E, int expert_first, int tile_m,
-                              const int32_t *ids, const int32_t *bad, int32_t *counts,
-                              int32_t *perm, int32_t *tiles, int32_t *n_tiles, moe_error *err);
+ * perm[el*T ..], the rest -1), tiles [moe_cuda_group_tile_bound(T, K, E, tier_rows[0])]
+ * [MOE_CUDA_TILE_INTS] (local expert, first row, 0; n_tiles[0] of them, the rest -1), n_tiles
+ * [moe_cuda_group_tile_counts(E)]: n_tiles[0], then for each tier k of 1 .. n_tiers - 1
+ * (tier_rows descending, at most 3; tier k: the tiles whose rows left in their expert are at
+ * most tier_rows[k] and above tier_rows[k + 1]) n_tiles[k] its tiles, their table indices from
+ * n_tiles[3 + (k - 1) E] on, experts ascending; the rest -1. Local expert el holds global id
+ * expert_first + el. With T = 0 (or E = 0) nothing runs: every output stays -1. */
+moe_status moe_cuda_group_run(int device, int T, int K, int E, int expert_first,
+                              const int *tier_rows, int n_tiers, const int32_t *ids,
+                              const int32_t *bad, int32_t *counts, int32_t *perm, int32_t *tiles,
+                              int32_t *n_tiles, moe_error *err);
 
 /* h[i] = moe_silu_product(g[i], u[i], gamma[i]) (cuda_silu.h) as the GPU computes it, for i <
  * n, on device `device`: the expression of every GEMM1 epilogue and of the sinks' SwiGLU, whose
