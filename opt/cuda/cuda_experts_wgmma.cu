@@ -851,6 +851,7 @@ moe_status launch_tiers(const moe_cuda_tiers &tiers, cudaStream_t stream, const 
 }
 
 #define WGMMA_LAUNCHERS(NAME, N, ...)                                                             \
+    static_assert(N >= 1 && N <= MOE_CUDA_MAX_TIERS, "the grouping lists at most that many tiers"); \
     const moe_cuda_tiers moe_cuda_wg_tiers_##NAME = {N, {__VA_ARGS__}};                           \
     moe_status moe_cuda_expert_wg1_##NAME(cudaStream_t stream, const moe_cuda_experts *ex, int T, \
                                           int K, const uint16_t *x, const int32_t *counts,        \
