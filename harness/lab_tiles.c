@@ -3,8 +3,9 @@
  * `inkling-moe lab --tiles`, which routes on the host and needs no GPU.
  *
  * Rules:
- *   - an expert with c routed rows makes ceil(c / bn) tiles of bn rows; a tile's n is its rows
- *     rounded up to 16 (the wgmma kernels' n, docs/cuda-path.md). A tile's time has a part that
+ *   - an expert with c routed rows makes ceil(c / bn) tiles of bn rows; a tile's n is wgmma's n
+ *     on the kernel that takes it (wgmma_n below: its rows rounded up to 16, or to 8 on the
+ *     32-row kernel, at least 16; docs/cuda-path.md). A tile's time has a part that
  *     grows with n and a part that does not (its weights' decode, its start and its end), so
  *     both the tile count and the rows a tile holds matter: the CUDA path picks one tile size a
  *     call from the average T * K / R (cuda_backend.cu, wgmma_for), which a skewed routing
@@ -31,10 +32,19 @@
  * wgmma_kernels). */
 static const int TILE_ROWS[] = {16, 32, 128};
 static const int TIERS[][4] = {{128, 32, 16, 0}, {32, 16, 0, 0}}; /* 0 ends a list */
-#define WGMMA_N_STEP 16
+
+/* wgmma's n for a tile of `rows` real rows on the kernel of kernel_rows rows a tile, as the
+ * kernels choose it (opt/cuda/cuda_wgmma_ptx.cuh, wg_mma_cols). */
+static int wgmma_n(int rows, int kernel_rows) {
+    if (kernel_rows <= 16) return kernel_rows;
+    const int step = kernel_rows == 32 ? 8 : 16, n = (rows + step - 1) / step * step;
+    return n < 16 ? 16 : n > kernel_rows ? kernel_rows : n;
+}
 
 lab_tiles lab_tier_of(const int *rows, int E, int table_m, int rows_above, int rows_at_most) {
     lab_tiles t = {table_m, 0, 0.0, 0.0};
+    /* the kernel of a tier holds rows_at_most rows; the first tier's, the table's */
+    const int kernel_rows = rows_at_most < table_m ? rows_at_most : table_m;
     long real = 0, padded = 0;
     for (int e = 0; e < E; e++)
         for (int row0 = 0; row0 < rows[e]; row0 += table_m) {
@@ -42,7 +52,7 @@ lab_tiles lab_tier_of(const int *rows, int E, int table_m, int rows_above, int r
             if (left <= rows_above || left > rows_at_most) continue;
             t.tiles++;
             real += in_tile;
-            padded += (in_tile + WGMMA_N_STEP - 1) / WGMMA_N_STEP * WGMMA_N_STEP;
+            padded += wgmma_n(in_tile, kernel_rows);
         }
     if (t.tiles > 0) t.rows_per_tile = (double)real / t.tiles, t.n_per_tile = (double)padded / t.tiles;
     return t;

@@ -617,6 +617,13 @@ static void test_tiles_of(void **state) {
     t = lab_tiles_of(rows, 5, 16);
     assert_int_equal(t.tiles, 14);
     assert_true(fabs(t.n_per_tile - 16.0) < 1e-12);
+    /* an expert of 20 rows: n 24 on the 32-row kernel (steps of 8), 32 on the 128-row one
+     * (steps of 16), 16 on the 16-row one (two tiles) */
+    const int twenty[1] = {20};
+    assert_true(fabs(lab_tiles_of(twenty, 1, 32).n_per_tile - 24.0) < 1e-12);
+    assert_true(fabs(lab_tiles_of(twenty, 1, 128).n_per_tile - 32.0) < 1e-12);
+    t = lab_tiles_of(twenty, 1, 16);
+    assert_true(t.tiles == 2 && fabs(t.n_per_tile - 16.0) < 1e-12);
     const int none[3] = {0, 0, 0};
     t = lab_tiles_of(none, 3, 16);
     assert_int_equal(t.tiles, 0);
@@ -645,6 +652,10 @@ static void test_tiers_share_the_tiles(void **state) {
     t = lab_tier_of(rows, 5, 32, 0, 16);
     assert_int_equal(t.tiles, 4);
     assert_true(fabs(t.rows_per_tile - 6.0) < 1e-12 && fabs(t.n_per_tile - 16.0) < 1e-12);
+    /* 20 rows left on a 128-row table: the 32-row kernel's, at its n of 24 */
+    const int twenty[1] = {20};
+    t = lab_tier_of(twenty, 1, 128, 16, 32);
+    assert_true(t.tiles == 1 && fabs(t.n_per_tile - 24.0) < 1e-12);
 }
 
 /* Routed on the host, every token's K slots land on K different experts: the rows add up to
