@@ -6,9 +6,10 @@
  *   - the host grouping here is the definition: for each local expert in turn, every assignment
  *     a = t*K + k in ascending order whose id is that expert's and whose token is finite; the
  *     tile table lists tile_m = tiers[0] rows at a time, experts in order; with tiers of
- *     smaller tiles, tier k > 0 lists the table index of each expert's last tile whose rows
- *     left are at most tiers[k] and above tiers[k + 1], experts in order. Fixed cases, worked
- *     by hand, check it first (no GPU needed);
+ *     smaller tiles, an expert's last tile whose rows left are at most tiers[k] and above
+ *     tiers[k + 1] (k > 0) is tier k's: those stand after all the first tier's tiles, experts in
+ *     order, and tier k lists their table indices. Fixed cases, worked by hand, check it first
+ *     (no GPU needed);
  *   - the device grouping must equal it exactly: counts, each group's order, the tile table,
  *     the tiers' counts and lists, and nothing written past a group's count, the tile count or
  *     a list's count (the device buffers start as -1, cuda_stages.h);
@@ -31,10 +32,11 @@
 #define MAX_TIERS 3 /* the layout of the counts and lists (cuda_stages.h) */
 
 /* The grouping by definition. ids [T, K], bad [T] -> counts [E], perm [E, T] (-1 past each
- * count), tiles [n_tiles[0]][MOE_CUDA_TILE_INTS] (expert, first row, a GEMM1 count of 0), tiles
- * holding the bound of entries, -1 past n_tiles[0]; n_tiles [MAX_TIERS + (MAX_TIERS - 1) E]:
- * the tile count, then each tier's count, then each tier's list from MAX_TIERS + (k - 1) E, -1
- * where nothing stands. tiers [n_tiers], descending: the table's tile rows, then the tiers'. */
+ * count), tiles [][MOE_CUDA_TILE_INTS] (expert, first row, a GEMM1 count of 0): the first
+ * tier's n_tiles[0], then the later tiers', tiles holding the bound of entries, -1 past them;
+ * n_tiles [MAX_TIERS + (MAX_TIERS - 1) E]: the first tier's tile count, then each later tier's,
+ * then each tier's list from MAX_TIERS + (k - 1) E, -1 where nothing stands. tiers [n_tiers],
+ * descending: the table's tile rows, then the tiers'. */
 static void host_group(int T, int K, int E, int expert_first, const int *tiers, int n_tiers,
                        const int32_t *ids, const int32_t *bad, int32_t *counts, int32_t *perm,
                        int32_t *tiles, int tile_cap, int32_t *n_tiles) {
@@ -43,26 +45,29 @@ static void host_group(int T, int K, int E, int expert_first, const int *tiers, 
     for (int i = 0; i < MOE_CUDA_TILE_INTS * tile_cap; i++) tiles[i] = -1;
     for (int i = 0; i < MAX_TIERS + (MAX_TIERS - 1) * E; i++) n_tiles[i] = -1;
     for (int k = 1; k < n_tiers; k++) n_tiles[k] = 0;
-    int nt = 0;
     for (int el = 0; el < E; el++) {
         int c = 0;
         for (int a = 0; a < T * K; a++)
             if (ids[a] == expert_first + el && !bad[a / K]) perm[(size_t)el * T + c++] = a;
         counts[el] = c;
-        for (int row = 0; row < c; row += tile_m) {
-            assert_true(nt < tile_cap);
-            int32_t *tile = tiles + MOE_CUDA_TILE_INTS * nt;
-            tile[0] = el, tile[1] = row, tile[2] = 0;
-            const int left = c - row;
-            for (int k = n_tiers - 1; k >= 1; k--) /* the smallest tier that holds it */
-                if (left <= tiers[k]) {
-                    n_tiles[MAX_TIERS + (k - 1) * E + n_tiles[k]++] = nt;
-                    break;
-                }
-            nt++;
-        }
     }
-    n_tiles[0] = nt;
+    /* pass 0: the first tier's tiles; pass 1: the later tiers' */
+    int nt = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int el = 0; el < E; el++)
+            for (int row = 0; row < counts[el]; row += tile_m) {
+                int tier = 0;
+                for (int k = n_tiers - 1; k >= 1 && !tier; k--) /* the smallest tier that holds it */
+                    if (counts[el] - row <= tiers[k]) tier = k;
+                if ((tier > 0) != (pass == 1)) continue;
+                assert_true(nt < tile_cap);
+                int32_t *tile = tiles + MOE_CUDA_TILE_INTS * nt;
+                tile[0] = el, tile[1] = row, tile[2] = 0;
+                if (tier > 0) n_tiles[MAX_TIERS + (tier - 1) * E + n_tiles[tier]++] = nt;
+                nt++;
+            }
+        if (pass == 0) n_tiles[0] = nt;
+    }
 }
 
 /* The host grouping on a case worked by hand: 4 tokens, K = 2, local experts 1..3 (E = 3,
@@ -90,7 +95,8 @@ static void test_host_grouping_by_hand(void **state) {
 
 /* Tiers by hand: experts 1..3 hold 3, 1 and 2 rows (token 2 non-finite); tiles of 2 rows, a
  * tier of 1: expert 1's tiles at rows 0 (3 left) and 2 (1 left: the tier's), expert 2's at 0 (1
- * left: the tier's), expert 3's at 0 (2 left). */
+ * left: the tier's), expert 3's at 0 (2 left). The first tier's two tiles come first, then the
+ * tier's two. */
 static void test_host_tiers_by_hand(void **state) {
     (void)state;
     const int32_t ids[8] = {1, 2, 1, 3, 0, 1, 1, 3}, bad[4] = {0, 0, 1, 0};
@@ -98,8 +104,8 @@ static void test_host_tiers_by_hand(void **state) {
     const int tiers[2] = {2, 1};
     host_group(4, 2, 3, 1, tiers, 2, ids, bad, counts, perm, tiles, 8, n_tiles);
     const int32_t want_counts[3] = {3, 1, 2};
-    const int32_t want_tiles[12] = {0, 0, 0, 0, 2, 0, 1, 0, 0, 2, 0, 0};
-    const int32_t want_n[MAX_TIERS + 2 * 3] = {4, 2, -1, 1, 2, -1, -1, -1, -1};
+    const int32_t want_tiles[12] = {0, 0, 0, 2, 0, 0, 0, 2, 0, 1, 0, 0};
+    const int32_t want_n[MAX_TIERS + 2 * 3] = {2, 2, -1, 2, 3, -1, -1, -1, -1};
     assert_memory_equal(counts, want_counts, sizeof counts);
     assert_memory_equal(tiles, want_tiles, sizeof want_tiles);
     assert_memory_equal(n_tiles, want_n, sizeof want_n);
@@ -107,8 +113,11 @@ static void test_host_tiers_by_hand(void **state) {
      * (2 left) is the middle tier's, expert 2's (1 left) the last one's */
     const int three[3] = {3, 2, 1};
     host_group(4, 2, 3, 1, three, 3, ids, bad, counts, perm, tiles, 8, n_tiles);
-    const int32_t want_n3[MAX_TIERS + 2 * 3] = {3, 1, 1, 2, -1, -1, 1, -1, -1};
+    const int32_t want_tiles3[9] = {0, 0, 0, 1, 0, 0, 2, 0, 0};
+    const int32_t want_n3[MAX_TIERS + 2 * 3] = {1, 1, 1, 2, -1, -1, 1, -1, -1};
+    assert_memory_equal(tiles, want_tiles3, sizeof want_tiles3);
     assert_memory_equal(n_tiles, want_n3, sizeof want_n3);
+    assert_int_equal(tiles[9], -1);
 }
 
 #ifdef MOE_HAVE_CUDA

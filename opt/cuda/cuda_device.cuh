@@ -92,8 +92,9 @@ struct stream_args {
     const int32_t *n_tiles;
     uint16_t *h_out;        /* stage 1: [T*K, N/2] */
     float *y_out;           /* stage 2: [T*K, N] */
-    int rows_lo, rows_hi;   /* wgmma tiers: only the tiles with rows_lo < (rows left in the
-                               expert from the tile's first) <= rows_hi; rows_hi 0: every tile */
+    int rows_lo, rows_hi;   /* wgmma tiers: the tier's tiles hold rows_lo < (rows left in the
+                               expert from the tile's first) <= rows_hi (the grouping puts them
+                               in the table's first part or the tier's list); rows_hi 0: one size */
     const int32_t *tier_count, *tier_list; /* a wgmma tier above the first: its tiles' count and
                                table indices (the grouping's lists), else NULL */
 };

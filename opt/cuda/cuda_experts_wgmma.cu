@@ -315,18 +315,14 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
     const int rtb = block % n_rtb, tier_j = block / n_rtb;
     const int kc_begin = ks * n_kc / KS, kc_end = (ks + 1) * n_kc / KS; /* this block's chunks */
     const int n_chunks = kc_end - kc_begin, n_stages = (n_chunks + CPS - 1) / CPS;
-    /* a tier above the first takes the tiles of its list, the others the table in order; an
-     * exited block counts as one that let GEMM2 launch */
+    /* a tier above the first takes the tiles of its list, the first the table's first n_tiles[0]
+     * (the grouping puts its tiles there); an exited block counts as one that let GEMM2 launch */
     if (tier_j >= *(p.tier_list ? p.tier_count : p.n_tiles)) return;
     /* GEMM2 may launch once every block is past here; it writes only y, so nothing that GEMM1
      * reads changes under it */
     if (STAGE == 1 || p.rows_hi > 0) launch_dependents(); /* (GEMM2's next tier too) */
     const int tile_i = p.tier_list ? p.tier_list[tier_j] : tier_j;
     const moe_cuda_tile tile = p.tiles[tile_i];
-    if (p.rows_hi > 0 && !p.tier_list) { /* the first tier: another tier's tile unless it fits */
-        const int rows_left = p.counts[tile.expert] - tile.row0;
-        if (rows_left <= p.rows_lo || rows_left > p.rows_hi) return;
-    }
     if (STAGE == 2 && chain.wait_for > 0) { /* h comes from GEMM1, the weights do not */
         if (threadIdx.x == 0)
             for (int r = RT * rtb; r < RT * rtb + RT && r < n_rt; r++) {
@@ -726,8 +722,11 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
     p.w_mx = codes, p.w_scale = scales;
     const uint8_t *two_products = scales + wg_flags_offset(STAGE, ex->E, p.N, p.Kdim);
     const int n_rtb = (wg_row_tiles(STAGE, p.N) + RT - 1) / RT;
-    const long bound = moe_cuda_tile_bound(T, K, ex->E, table_m);
-    const long tiles = p.tier_list && ex->E < bound ? ex->E : bound; /* a listed tier: one an expert */
+    /* a listed tier: one tile an expert at most; the first of several: tiles that each hold more
+     * than the next tier's rows */
+    long tiles = moe_cuda_tile_bound(T, K, ex->E, table_m);
+    const long most = p.tier_list ? (long)ex->E : p.rows_lo > 0 ? (long)T * K / (p.rows_lo + 1) : tiles;
+    if (most < tiles) tiles = most > 0 ? most : 1;
     const long blocks = (long)n_rtb * tiles * KS;
     wg_split split = {ex->split_partial, ex->split_counters};
     if (STAGE == 2 && KS > 1 && split.partial && split.counters) { /* GEMM2's own region */
@@ -821,12 +820,13 @@ moe_status launch_rows(int bn, int table_m, cudaStream_t stream, const moe_cuda_
 /* Tiers of tile sizes (tiers.rows [tiers.n], descending): the grouping makes tiles of rows[0]
  * rows, and the kernel of rows[i] takes the tiles whose rows left (in the expert, from the
  * tile's first) exceed rows[i + 1], the first any number above, the last every tile left; each
- * launches beside the one before. The first reads the table in order and leaves the other
- * tiers' tiles; each other tier reads the list the grouping made of its tiles (at most one an
- * expert, so a grid of E tiles at most), and its blocks past the list's count leave after one
- * read (three dependent reads before: on an H100 the layer at T = 4096 0.7-0.8 % faster on both
- * routings, T = 2048 1.2 % on uniform routing, T = 1500 0.9 % slower on the skewed one;
- * docs/perf-cuda.md, forty-sixth run). A skewed routing leaves most of an expert's last tile empty (at
+ * launches beside the one before. The first takes the table's first n_tiles[0] tiles, where the
+ * grouping puts its own (cuda_group_block.cuh), on a grid of at most T K / (rows[1] + 1) tiles
+ * (each of its tiles holds more than rows[1] rows); each other tier reads the list the grouping
+ * made of its tiles (at most one an expert, so a grid of E tiles at most). Blocks past either
+ * count leave after one read (three dependent reads before: on an H100 the layer at T = 4096
+ * 0.7-0.8 % faster on both routings with the later tiers' lists, T = 2048 1.2 % on uniform
+ * routing, T = 1500 0.9 % slower on the skewed one; docs/perf-cuda.md, forty-sixth run). A skewed routing leaves most of an expert's last tile empty (at
  * T = 4096 the 128-row tiles hold 71 rows on average, at T = 512 the 32-row ones 13,
  * docs/perf-cuda.md, twenty-sixth run), and a block's fixed cost is smaller on the small
  * tiles' kernels: 128,32,16 took the layer from 3541-3546 to 3365-3377 us at T = 4096 and

@@ -17,9 +17,10 @@
  *   - the tile table lists (expert, first row) for every tile_m = tiers.rows[0] rows of every
  *     group (the tile size of the expert kernel that reads it), experts in ascending order, from
  *     a prefix sum over the groups' tile counts; with tiers (several kernels of smaller tiles
- *     beside, cuda_experts_wgmma.cu), each tier above 0 also gets the list of the table indices
- *     of its tiles (an expert's last tile, when its rows left fit the tier), experts ascending,
- *     and their count (cuda_internal.h, moe_cuda_tile_counts);
+ *     beside, cuda_experts_wgmma.cu), an expert's last tile whose rows left fit a tier above 0
+ *     goes after every tile of the first tier (n_tiles[0] of them), experts ascending, and that
+ *     tier's list holds its table index; each list has its count (cuda_internal.h,
+ *     moe_cuda_tile_counts). So each tier's kernel finds its own tiles and no other's;
  *   - at most GROUP_WARPS chunks (decode and small prefill) run as one block, one launch; more
  *     run as three launches (count, scan + tiles, scatter) over as many blocks as chunks need.
  */

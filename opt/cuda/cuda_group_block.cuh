@@ -57,12 +57,17 @@ __device__ void walk_chunk(int chunk, int n, int T, int K, int E, int expert_fir
 
 /* chunk_counts [n_chunks, E] -> in place, each (chunk, expert)'s first position in the expert's
  * group; counts [E]; tiles of tiers.rows[0] rows, n_tiles [moe_cuda_tile_counts(E)] with each
- * tier's list (cuda_internal.h). Called by every thread of one block. */
+ * tier's list (cuda_internal.h): the first tier's tiles first, then the later tiers' (a second
+ * pass, once the first tier's count is known). Called by every thread of one block. */
 __device__ void offsets_and_tiles(int n_chunks, int E, moe_cuda_tiers tiers, int32_t *chunk_counts,
                                   int32_t *counts, moe_cuda_tile *tiles, int32_t *n_tiles,
                                   typename block_scan::TempStorage &scan_storage) {
     const int tile_m = tiers.rows[0];
-    int base = 0, listed[MOE_CUDA_MAX_TIERS] = {0};
+    /* expert e's tiles of total rows, and the tier of its last one (0: it stays in the first) */
+    auto last_tier_of = [&](int total, int mine) {
+        return mine > 0 ? moe_cuda_tier_of(&tiers, total - (mine - 1) * tile_m) : 0;
+    };
+    int first = 0; /* the first tier's tiles so far */
     for (int e0 = 0; e0 < E; e0 += GROUP_THREADS) {
         const int e = e0 + (int)threadIdx.x;
         int total = 0;
@@ -76,26 +81,42 @@ __device__ void offsets_and_tiles(int n_chunks, int E, moe_cuda_tiers tiers, int
             counts[e] = total;
         }
         const int mine = e < E ? (total + tile_m - 1) / tile_m : 0;
+        const int kept = mine - (last_tier_of(total, mine) > 0 ? 1 : 0);
         int offset, sum;
-        block_scan(scan_storage).ExclusiveSum(mine, offset, sum);
-        for (int i = 0; i < mine; i++) {
+        block_scan(scan_storage).ExclusiveSum(kept, offset, sum);
+        for (int i = 0; i < kept; i++) {
             moe_cuda_tile tile = {e, i * tile_m, 0};
-            tiles[base + offset + i] = tile;
+            tiles[first + offset + i] = tile;
         }
-        /* the expert's last tile into its tier's list, in expert order (a scan a tier) */
-        const int last_tier = mine > 0 ? moe_cuda_tier_of(&tiers, total - (mine - 1) * tile_m) : 0;
+        first += sum;
+        __syncthreads(); /* scan_storage is reused */
+    }
+    /* each expert's last tile that a later tier takes, after the first tier's (experts in order),
+     * and its table index into that tier's list: counts[e] is this thread's own write */
+    int later = 0, listed[MOE_CUDA_MAX_TIERS] = {0};
+    for (int e0 = 0; tiers.n > 1 && e0 < E; e0 += GROUP_THREADS) {
+        const int e = e0 + (int)threadIdx.x;
+        const int total = e < E ? counts[e] : 0, mine = (total + tile_m - 1) / tile_m;
+        const int last_tier = last_tier_of(total, mine);
+        int at, n_later;
+        block_scan(scan_storage).ExclusiveSum(last_tier > 0 ? 1 : 0, at, n_later);
+        const int index = first + later + at;
+        if (last_tier > 0) {
+            moe_cuda_tile tile = {e, (mine - 1) * tile_m, 0};
+            tiles[index] = tile;
+        }
+        later += n_later;
         for (int k = 1; k < tiers.n; k++) {
             __syncthreads(); /* scan_storage is reused */
-            int at, in_tier;
-            block_scan(scan_storage).ExclusiveSum(last_tier == k ? 1 : 0, at, in_tier);
-            if (last_tier == k) n_tiles[moe_cuda_tier_list(k, E) + listed[k] + at] = base + offset + mine - 1;
+            int in_list, in_tier;
+            block_scan(scan_storage).ExclusiveSum(last_tier == k ? 1 : 0, in_list, in_tier);
+            if (last_tier == k) n_tiles[moe_cuda_tier_list(k, E) + listed[k] + in_list] = index;
             listed[k] += in_tier;
         }
-        base += sum;
         __syncthreads(); /* scan_storage is reused */
     }
     if (threadIdx.x == 0) {
-        *n_tiles = base;
+        *n_tiles = first;
         for (int k = 1; k < tiers.n; k++) n_tiles[k] = listed[k];
     }
 }

@@ -95,11 +95,12 @@ static inline int moe_cuda_tier_of(const moe_cuda_tiers *t, int rows_left) {
         if (rows_left <= t->rows[k]) tier = k;
     return tier;
 }
-/* The grouping's counts, n_tiles [moe_cuda_tile_counts(E)]: n_tiles[0] the table's tiles; with
- * tiers, n_tiles[k] (0 < k < n) the tiles of tier k, whose table indices (experts ascending)
- * stand from n_tiles + moe_cuda_tier_list(k, E) on, so that a tier's kernel finds its tiles
- * without reading every other tier's (each empty block of a tier cost three dependent reads:
- * 1.8 % of the layer at T = 4096, docs/perf-cuda.md, forty-sixth run). */
+/* The grouping's counts, n_tiles [moe_cuda_tile_counts(E)]: n_tiles[0] the first tier's tiles,
+ * the table's first entries (every tile with one size); with tiers, n_tiles[k] (0 < k < n) the
+ * tiles of tier k, which stand after those, and whose table indices (experts ascending) stand
+ * from n_tiles + moe_cuda_tier_list(k, E) on, so that a tier's kernel finds its tiles without
+ * reading every other tier's (each empty block of a tier cost three dependent reads: 1.8 % of
+ * the layer at T = 4096, docs/perf-cuda.md, forty-sixth run). */
 static inline size_t moe_cuda_tile_counts(int E) {
     return MOE_CUDA_MAX_TIERS + (size_t)(MOE_CUDA_MAX_TIERS - 1) * (size_t)(E > 0 ? E : 0);
 }

@@ -28,7 +28,8 @@ size_t moe_cuda_group_tile_counts(int E);
 /* The grouping (cuda_group.cu) on device `device`: ids [T, K], bad [T] (non-zero: token left
  * out) -> counts [E], perm [E, T] (expert el's assignments t*K+k in ascending order in
  * perm[el*T ..], the rest -1), tiles [moe_cuda_group_tile_bound(T, K, E, tier_rows[0])]
- * [MOE_CUDA_TILE_INTS] (local expert, first row, 0; n_tiles[0] of them, the rest -1), n_tiles
+ * [MOE_CUDA_TILE_INTS] (local expert, first row, 0: the n_tiles[0] tiles of the first tier, then
+ * the later tiers' n_tiles[1] + ... tiles, each part experts ascending; the rest -1), n_tiles
  * [moe_cuda_group_tile_counts(E)]: n_tiles[0], then for each tier k of 1 .. n_tiers - 1
  * (tier_rows descending, at most 3; tier k: the tiles whose rows left in their expert are at
  * most tier_rows[k] and above tier_rows[k + 1]) n_tiles[k] its tiles, their table indices from
