@@ -49,8 +49,8 @@
  *     products stay in flight while the next chunk is decoded (12 % off GEMM1 at T = 4096);
  *   - an expert's last tile is mostly empty under a skewed routing, so the kernels come in
  *     tiers (launch_tiers): the table's tiles of 128 or 32 rows, each taken by the smallest
- *     kernel that holds its rows left, the tiers' kernels side by side, each smaller tier's
- *     tiles from the list the grouping made of them;
+ *     kernel that holds its rows left, the tiers' kernels side by side, the first tier's tiles
+ *     the table's first part and each smaller tier's from the list the grouping made of them;
  *   - GEMM1's warp rows g and g + 8 are the gate and up rows of one intermediate channel, so
  *     SwiGLU is cuda_experts.cu's epilogue in registers; GEMM2 writes y in fp32;
  *   - GEMM2 is GEMM1's programmatic dependent launch and waits, tile by tile, for the count of
@@ -826,7 +826,10 @@ moe_status launch_rows(int bn, int table_m, cudaStream_t stream, const moe_cuda_
  * made of its tiles (at most one an expert, so a grid of E tiles at most). Blocks past either
  * count leave after one read (three dependent reads before: on an H100 the layer at T = 4096
  * 0.7-0.8 % faster on both routings with the later tiers' lists, T = 2048 1.2 % on uniform
- * routing, T = 1500 0.9 % slower on the skewed one; docs/perf-cuda.md, forty-sixth run). A skewed routing leaves most of an expert's last tile empty (at
+ * routing, T = 1500 0.9 % slower on the skewed one; docs/perf-cuda.md, forty-sixth run; the
+ * first tier's part and grid, where it took the table's tiles in order and left the others'
+ * after three reads: T = 256 0.8 and 1.9 % faster on the skewed and uniform routings, T = 1500
+ * 0.7 % on the skewed one, T = 512 to 4096 not told apart, on an H100, forty-eighth run). A skewed routing leaves most of an expert's last tile empty (at
  * T = 4096 the 128-row tiles hold 71 rows on average, at T = 512 the 32-row ones 13,
  * docs/perf-cuda.md, twenty-sixth run), and a block's fixed cost is smaller on the small
  * tiles' kernels: 128,32,16 took the layer from 3541-3546 to 3365-3377 us at T = 4096 and
