@@ -13,6 +13,9 @@
  *   - weights over the K picked logits and the S sink logits in double, in log space; the
  *     maximum and the sum run in slot order on lane 0, each weight rounded once to fp32;
  *   - a token whose x row holds NaN/inf gets NaN logits and weights, ids 0..K-1 and bad = 1;
+ *     its x row is read only when one of its first logits is NaN or inf, which every logit of
+ *     such a row is (a product with the NaN or inf term is NaN or inf, and so is any fp32 sum
+ *     holding one), so a finite row is never read;
  *   - no block barrier: a warp owns its token and its slice of shared memory, so a block of
  *     warps routes that many tokens at once and the last block of the front end can route
  *     with whatever warps it has;
@@ -119,23 +122,29 @@ __device__ void route_token_warp(int t, int D, int R, int K, int S, float route_
     int32_t *ids_t = ids + (size_t)t * K;
     float *w_t = weights + (size_t)t * n;
 
-    if (x && row_nonfinite_warp(x + (size_t)t * D, D)) {
-        for (int e = lane; e < G; e += 32) l[e] = NAN;
-        for (int k = lane; k < K; k += 32) ids_t[k] = k;
-        for (int j = lane; j < n; j += 32) w_t[j] = NAN;
-        if (bad && lane == 0) bad[t] = 1;
-        return;
-    }
-    if (bad && lane == 0) bad[t] = 0;
-
     /* ROUTE_BATCH logits a lane in flight at once: one L2 round trip, not one per value */
     for (int e0 = 0; e0 < R; e0 += 32 * ROUTE_BATCH) {
         float logit[ROUTE_BATCH], b[ROUTE_BATCH];
+        bool nonfinite = false;
 #pragma unroll
         for (int i = 0; i < ROUTE_BATCH; i++) {
             const int e = e0 + i * 32 + lane;
             logit[i] = e < R ? __ldcg(l + e) : 0.0f;
             b[i] = e < R && bias ? bias[e] : 0.0f;
+            nonfinite |= !isfinite(logit[i]);
+        }
+        /* a NaN or inf in x makes every logit of the token NaN or inf (each sums a product with
+         * it), so the row is read only when the first batch holds one: x's rows are the routing's
+         * largest read (33.5 MB at T = 4096, D = 4096) */
+        if (e0 == 0) {
+            if (x && __any_sync(0xFFFFFFFFu, nonfinite) && row_nonfinite_warp(x + (size_t)t * D, D)) {
+                for (int e = lane; e < G; e += 32) l[e] = NAN;
+                for (int k = lane; k < K; k += 32) ids_t[k] = k;
+                for (int j = lane; j < n; j += 32) w_t[j] = NAN;
+                if (bad && lane == 0) bad[t] = 1;
+                return;
+            }
+            if (bad && lane == 0) bad[t] = 0;
         }
 #pragma unroll
         for (int i = 0; i < ROUTE_BATCH; i++) {
