@@ -829,8 +829,9 @@ moe_status launch_rows(int bn, int table_m, cudaStream_t stream, const moe_cuda_
  * routing, T = 1500 0.9 % slower on the skewed one; docs/perf-cuda.md, forty-sixth run; the
  * first tier's part and grid, where it took the table's tiles in order and left the others'
  * after three reads: T = 256 0.8 and 1.9 % faster on the skewed and uniform routings, T = 1500
- * 0.7 % on the skewed one, T = 512 to 4096 not told apart, on an H100, forty-eighth run). A skewed routing leaves most of an expert's last tile empty (at
- * T = 4096 the 128-row tiles hold 71 rows on average, at T = 512 the 32-row ones 13,
+ * 0.7 % on the skewed one, T = 512 to 4096 not told apart, on an H100, forty-eighth run). A
+ * skewed routing leaves most of an expert's last tile empty (at T = 4096 the 128-row tiles
+ * hold 71 rows on average, at T = 512 the 32-row ones 13,
  * docs/perf-cuda.md, twenty-sixth run), and a block's fixed cost is smaller on the small
  * tiles' kernels: 128,32,16 took the layer from 3541-3546 to 3365-3377 us at T = 4096 and
  * from 2035-2041 to 1745-1750 at T = 1500; 32,16 from 1186-1189 to 1124 at T = 512 and from
