@@ -543,6 +543,23 @@ moe_status mark(cuda_state *s, bool timed, int i, cudaStream_t stream, moe_error
 int sink_sms(const cuda_state *s, int T) {
     return T <= MOE_CUDA_FRONT_SMALL_MAX_T ? s->sm_count * SINK_SMS_OF_132 / 132 : 0;
 }
+/* Above the small front end the gate and the sinks' GEMM1 are planned for every multiprocessor
+ * (0). Two experiment's knobs plan them for fewer, of 132 (NVFLAGS='-O3 -g -lineinfo
+ * -DSINK1_LARGE_SMS_OF_132=100 -DGATE_SMS_OF_132=32'): a cuBLASLt grid holds a multiprocessor
+ * whole, so the sinks' GEMM1 starts only once the gate and the routing have left the
+ * multiprocessors it needs (at T = 512 21.8 us into the call, at 4096 44 us, the GPU half idle
+ * meanwhile: docs/perf-cuda.md, forty-eighth run); the knobs leave it some from the start.
+ * Not yet measured. */
+#ifndef SINK1_LARGE_SMS_OF_132
+#define SINK1_LARGE_SMS_OF_132 0
+#endif
+#ifndef GATE_SMS_OF_132
+#define GATE_SMS_OF_132 0
+#endif
+static int sink1_sms(const cuda_state *s, int T) {
+    return T <= MOE_CUDA_FRONT_SMALL_MAX_T ? sink_sms(s, T)
+                                           : s->sm_count * SINK1_LARGE_SMS_OF_132 / 132;
+}
 
 /* Whether the path `cuda` runs the sinks' GEMMs on the small kernels (cuda_sinks_small.cu),
  * GEMM1 beside the front end as its programmatic dependent on the routed stream: a grid queued
@@ -586,7 +603,7 @@ moe_status sink_gemm1_piece(cuda_state *s, int T, int i, const uint16_t *x, moe_
     const int P = sink_piece_tokens(s, T), N = s->S * 2 * s->SIL;
     const int t0 = P ? i * P : 0, n = P ? (T - t0 < P ? T - t0 : P) : T;
     moe_cuda_lt_plan *plan = n == P || P == 0 ? &s->sink1_plan : &s->sink1_tail_plan;
-    TRY(moe_cuda_lt_plan_for(s->lt, plan, N, s->D, n, CUDA_R_16BF, sink_sms(s, T),
+    TRY(moe_cuda_lt_plan_for(s->lt, plan, N, s->D, n, CUDA_R_16BF, sink1_sms(s, T),
                              LT_WORKSPACE_BYTES, err));
     return moe_cuda_lt_run(s->lt, plan, s->sink_w13, x + (size_t)t0 * s->D,
                            s->sink_gu + (size_t)t0 * N, s->lt_ws_sinks, LT_WORKSPACE_BYTES,
@@ -853,7 +870,7 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, uint16
         TRY(moe_cuda_front_small(st, &front, err));
     } else {
         TRY(moe_cuda_lt_plan_for(s->lt, &s->gate_plan, moe_cuda_gate_rows(s->G), D, T, CUDA_R_32F,
-                                 0, LT_WORKSPACE_BYTES, err));
+                                 s->sm_count * GATE_SMS_OF_132 / 132, LT_WORKSPACE_BYTES, err));
         TRY(moe_cuda_lt_run(s->lt, &s->gate_plan, s->gate_w, x, s->logits, s->lt_ws_routed,
                             LT_WORKSPACE_BYTES, st, err));
     }
