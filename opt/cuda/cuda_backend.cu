@@ -545,11 +545,11 @@ int sink_sms(const cuda_state *s, int T) {
 }
 /* Above the small front end the gate and the sinks' GEMM1 are planned for every multiprocessor
  * (0). Two experiment's knobs plan them for fewer, of 132 (NVFLAGS='-O3 -g -lineinfo
- * -DSINK1_LARGE_SMS_OF_132=100 -DGATE_SMS_OF_132=32'): a cuBLASLt grid holds a multiprocessor
- * whole, so the sinks' GEMM1 starts only once the gate and the routing have left the
- * multiprocessors it needs (at T = 512 21.8 us into the call, at 4096 44 us, the GPU half idle
- * meanwhile: docs/perf-cuda.md, forty-eighth run); the knobs leave it some from the start.
- * Not yet measured. */
+ * -DSINK1_LARGE_SMS_OF_132=100 -DGATE_SMS_OF_132=32'). Why: the sinks' GEMM1, queued on its
+ * stream at the call's start, began only as the routing ended (uniform T = 512: 21.8 us into
+ * the call, T = 4096: 44 us, the GPU half idle until then; docs/perf-cuda.md, forty-eighth
+ * run), as a grid waits for a running one that holds many registers a multiprocessor (eighth
+ * run); grids that leave multiprocessors free may let both start at once. Not yet measured. */
 #ifndef SINK1_LARGE_SMS_OF_132
 #define SINK1_LARGE_SMS_OF_132 0
 #endif
