@@ -53,6 +53,7 @@
 #include "../../common/host_copy.h"
 #include "../../common/layer_rules.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -549,16 +550,24 @@ int sink_sms(const cuda_state *s, int T) {
  * stream at the call's start, began only as the routing ended (uniform T = 512: 21.8 us into
  * the call, T = 4096: 44 us, the GPU half idle until then; docs/perf-cuda.md, forty-eighth
  * run), as a grid waits for a running one that holds many registers a multiprocessor (eighth
- * run); grids that leave multiprocessors free may let both start at once. Not yet measured. */
+ * run); grids that leave multiprocessors free may let both start at once. Measured (fiftieth
+ * run, H100, 100 and 32): uniform T = 512 1.7 % faster, T = 4096 2.0 % slower (its routing
+ * beside the sinks' first piece took twice as long), hence a third knob, FRONT_SMS_MAX_T. */
 #ifndef SINK1_LARGE_SMS_OF_132
 #define SINK1_LARGE_SMS_OF_132 0
 #endif
 #ifndef GATE_SMS_OF_132
 #define GATE_SMS_OF_132 0
 #endif
+#ifndef FRONT_SMS_MAX_T /* the two knobs apply up to this T (-DFRONT_SMS_MAX_T=1023) */
+#define FRONT_SMS_MAX_T INT_MAX
+#endif
 static int sink1_sms(const cuda_state *s, int T) {
-    return T <= MOE_CUDA_FRONT_SMALL_MAX_T ? sink_sms(s, T)
-                                           : s->sm_count * SINK1_LARGE_SMS_OF_132 / 132;
+    if (T <= MOE_CUDA_FRONT_SMALL_MAX_T) return sink_sms(s, T);
+    return T <= FRONT_SMS_MAX_T ? s->sm_count * SINK1_LARGE_SMS_OF_132 / 132 : 0;
+}
+static int gate_sms(const cuda_state *s, int T) {
+    return T <= FRONT_SMS_MAX_T ? s->sm_count * GATE_SMS_OF_132 / 132 : 0;
 }
 
 /* Whether the path `cuda` runs the sinks' GEMMs on the small kernels (cuda_sinks_small.cu),
@@ -870,7 +879,7 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, uint16
         TRY(moe_cuda_front_small(st, &front, err));
     } else {
         TRY(moe_cuda_lt_plan_for(s->lt, &s->gate_plan, moe_cuda_gate_rows(s->G), D, T, CUDA_R_32F,
-                                 s->sm_count * GATE_SMS_OF_132 / 132, LT_WORKSPACE_BYTES, err));
+                                 gate_sms(s, T), LT_WORKSPACE_BYTES, err));
         TRY(moe_cuda_lt_run(s->lt, &s->gate_plan, s->gate_w, x, s->logits, s->lt_ws_routed,
                             LT_WORKSPACE_BYTES, st, err));
     }
