@@ -544,23 +544,23 @@ moe_status mark(cuda_state *s, bool timed, int i, cudaStream_t stream, moe_error
 int sink_sms(const cuda_state *s, int T) {
     return T <= MOE_CUDA_FRONT_SMALL_MAX_T ? s->sm_count * SINK_SMS_OF_132 / 132 : 0;
 }
-/* Above the small front end the gate and the sinks' GEMM1 are planned for every multiprocessor
- * (0). Two experiment's knobs plan them for fewer, of 132 (NVFLAGS='-O3 -g -lineinfo
- * -DSINK1_LARGE_SMS_OF_132=100 -DGATE_SMS_OF_132=32'). Why: the sinks' GEMM1, queued on its
- * stream at the call's start, began only as the routing ended (uniform T = 512: 21.8 us into
- * the call, T = 4096: 44 us, the GPU half idle until then; docs/perf-cuda.md, forty-eighth
- * run), as a grid waits for a running one that holds many registers a multiprocessor (eighth
- * run); grids that leave multiprocessors free may let both start at once. Measured (fiftieth
- * run, H100, 100 and 32): uniform T = 512 1.7 % faster, T = 4096 2.0 % slower (its routing
- * beside the sinks' first piece took twice as long), hence a third knob, FRONT_SMS_MAX_T. */
+/* Above the small front end and up to FRONT_SMS_MAX_T tokens, the sinks' GEMM1 is planned for
+ * 100 of 132 multiprocessors and the gate for 32 (scaled to the device's count); above that
+ * T, and for either knob at 0, for every multiprocessor. Measured (docs/perf-cuda.md, fiftieth
+ * run, H100, serving graph): uniform T = 256 1.5 % and T = 512 1.8 % faster, skewed 1.7 and
+ * 2.0 %, T = 64 within 1 %; at T = 4096 the same plans were 2.0 % slower (the routing, beside
+ * the sinks' first GEMM1 piece, took twice as long and the routed GEMM1 began 51 us later),
+ * hence the bound, below the T where the sinks' GEMM1 comes in pieces. Experiment's knobs:
+ * NVFLAGS='-O3 -g -lineinfo -DSINK1_LARGE_SMS_OF_132=... -DGATE_SMS_OF_132=...
+ * -DFRONT_SMS_MAX_T=...'. */
 #ifndef SINK1_LARGE_SMS_OF_132
-#define SINK1_LARGE_SMS_OF_132 0
+#define SINK1_LARGE_SMS_OF_132 100
 #endif
 #ifndef GATE_SMS_OF_132
-#define GATE_SMS_OF_132 0
+#define GATE_SMS_OF_132 32
 #endif
-#ifndef FRONT_SMS_MAX_T /* the two knobs apply up to this T (-DFRONT_SMS_MAX_T=1023) */
-#define FRONT_SMS_MAX_T INT_MAX
+#ifndef FRONT_SMS_MAX_T
+#define FRONT_SMS_MAX_T 1023
 #endif
 static int sink1_sms(const cuda_state *s, int T) {
     if (T <= MOE_CUDA_FRONT_SMALL_MAX_T) return sink_sms(s, T);
