@@ -294,8 +294,9 @@ __device__ __forceinline__ bool store_tile(const stream_args &p, wg_split split,
  *       beside the next chunk's decode (the loop is compiled once per n: an n chosen a chunk at
  *       a time adds an empty group, wgmma_chunk). */
 template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS, bool DIRECT>
-__global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
-    expert_wgmma_kernel(stream_args p, wg_split split, const uint8_t *two_products, wg_chain chain) {
+__device__ __forceinline__ void expert_wgmma_item(const stream_args &p, wg_split split,
+                                                  const uint8_t *two_products, wg_chain chain,
+                                                  int item, bool let_dependents) {
     static_assert(KS == 1 || RT == 1, "a split reduction takes one row tile a block");
     static_assert(!PIPE || CPS % 2 == 0, "the register pipeline alternates two sets: a stage's chunks in pairs");
     static_assert(!PIPE || (BN * 8) % (WG_THREADS * RT) == 0, "a ring copy's place holds no chunk offset");
@@ -311,7 +312,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
     constexpr int THREADS = WG_THREADS * RT;
     static_assert(THREADS > BN, "GEMM2's wait for GEMM1 by a thread that reads no row");
     const int n_rt = wg_row_tiles(STAGE, p.N), n_kc = wg_chunks(p.Kdim), n_rtb = (n_rt + RT - 1) / RT;
-    const int ks = (int)(blockIdx.x % (unsigned)KS), block = (int)(blockIdx.x / (unsigned)KS);
+    const int ks = item % KS, block = item / KS;
     const int rtb = block % n_rtb, tier_j = block / n_rtb;
     const int kc_begin = ks * n_kc / KS, kc_end = (ks + 1) * n_kc / KS; /* this block's chunks */
     const int n_chunks = kc_end - kc_begin, n_stages = (n_chunks + CPS - 1) / CPS;
@@ -320,7 +321,7 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
     if (tier_j >= *(p.tier_list ? p.tier_count : p.n_tiles)) return;
     /* GEMM2 may launch once every block is past here; it writes only y, so nothing that GEMM1
      * reads changes under it */
-    if (STAGE == 1 || p.rows_hi > 0) launch_dependents(); /* (GEMM2's next tier too) */
+    if ((STAGE == 1 || p.rows_hi > 0) && let_dependents) launch_dependents(); /* (GEMM2's next tier too) */
     const int tile_i = p.tier_list ? p.tier_list[tier_j] : tier_j;
     const moe_cuda_tile tile = p.tiles[tile_i];
     if (STAGE == 2 && chain.wait_for > 0) { /* h comes from GEMM1, the weights do not */
@@ -707,6 +708,33 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
     if (STAGE == 1 && count_at && wrote) count_gemm1_warp(count_at);
 }
 
+/* Block b takes item b (expert_wgmma_item). */
+template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS, bool DIRECT>
+__global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
+    expert_wgmma_kernel(stream_args p, wg_split split, const uint8_t *two_products, wg_chain chain) {
+    expert_wgmma_item<STAGE, BN, STAGES, RT, PIPE, KS, CPS, DIRECT>(p, split, two_products, chain,
+                                                                    (int)blockIdx.x, true);
+}
+
+/* A listed tier (a tier above the first, DIRECT): one wave of blocks takes the list's items in
+ * turn, block b items b, b + grid, ... below the list's count times its row tiles. Its grid is
+ * sized by E, the list's bound, and under a routing that fills the first tier's tiles the list
+ * is empty: a block an item left 16,384 blocks to the two smaller tiers of GEMM1 at uniform
+ * T = 4096, each leaving after one read, 44 us between GEMM1's 128-row tiles and GEMM2 on an
+ * H100 (docs/perf-cuda.md, fifty-first run). A block lets the dependent grid launch when it
+ * begins its last item, so that grid still starts once every item has. */
+template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS, bool DIRECT>
+__global__ void __launch_bounds__(WG_THREADS * RT, 4)
+    expert_wgmma_listed_kernel(stream_args p, wg_split split, const uint8_t *two_products, wg_chain chain) {
+    static_assert(DIRECT && KS == 1 && RT == 1, "a listed tier's tiles take one block an item");
+    const int items = *p.tier_count * wg_row_tiles(STAGE, p.N);
+    for (int item = (int)blockIdx.x; item < items; item += (int)gridDim.x) {
+        expert_wgmma_item<STAGE, BN, STAGES, RT, PIPE, KS, CPS, DIRECT>(
+            p, split, two_products, chain, item, item + (int)gridDim.x >= items);
+        __syncthreads(); /* the next item rewrites the shared rows and stages */
+    }
+}
+
 /* GEMM1 counts its warps in the tile table (chain.count_in); GEMM2 waits for the count
  * (chain.wait_for) and is launched as GEMM1's programmatic dependent, which CUDA honours when
  * GEMM1 is the stream's previous kernel (a graph keeps the edge; an event recorded between the
@@ -740,18 +768,32 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
                         STAGE, blocks);
     const int smem = wg_smem_bytes<BN, RT, STAGES, CPS, DIRECT>();
     auto kernel = expert_wgmma_kernel<STAGE, BN, STAGES, RT, PIPE, KS, CPS, DIRECT>;
+    bool one_wave = false;
+    if constexpr (DIRECT && KS == 1 && RT == 1) {
+        if (p.tier_list) kernel = expert_wgmma_listed_kernel<STAGE, BN, STAGES, RT, PIPE, KS, CPS, DIRECT>;
+        one_wave = p.tier_list != NULL;
+    }
     CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    long grid = blocks;
+    if (one_wave) { /* as many blocks as the multiprocessors hold at once */
+        int device = 0, sms = 0, per_sm = 0;
+        CUDA_TRY(cudaGetDevice(&device));
+        CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, WG_THREADS * RT, smem));
+        const long wave = (long)sms * (per_sm > 0 ? per_sm : 1);
+        if (wave < grid) grid = wave;
+    }
     cudaLaunchAttribute beside;
     beside.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     beside.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)blocks), cfg.blockDim = dim3(WG_THREADS * RT);
+    cfg.gridDim = dim3((unsigned)grid), cfg.blockDim = dim3(WG_THREADS * RT);
     cfg.dynamicSmemBytes = (size_t)smem, cfg.stream = stream;
     cfg.attrs = &beside, cfg.numAttrs = chain.beside_previous ? 1 : 0;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p, split, two_products, chain);
     if (e != cudaSuccess)
         return moe_fail(err, MOE_ERR_DEVICE, "cuda: launching expert_wgmma_kernel<gemm%d> "
-                        "(%ld blocks): %s", STAGE, blocks, cudaGetErrorString(e));
+                        "(%ld blocks): %s", STAGE, grid, cudaGetErrorString(e));
     return MOE_OK;
 }
 
