@@ -716,13 +716,15 @@ __global__ void __launch_bounds__(WG_THREADS * RT, DIRECT && KS == 1 ? 4 : 0)
                                                                     (int)blockIdx.x, true);
 }
 
-/* A listed tier (a tier above the first, DIRECT): one wave of blocks takes the list's items in
- * turn, block b items b, b + grid, ... below the list's count times its row tiles. Its grid is
- * sized by E, the list's bound, and under a routing that fills the first tier's tiles the list
- * is empty: a block an item left 16,384 blocks to the two smaller tiers of GEMM1 at uniform
- * T = 4096, each leaving after one read, 44 us between GEMM1's 128-row tiles and GEMM2 on an
- * H100 (docs/perf-cuda.md, fifty-first run). A block lets the dependent grid launch when it
- * begins its last item, so that grid still starts once every item has. */
+/* A listed tier below 128-row tiles (tiers 128,32,16): one wave of blocks takes the list's
+ * items in turn, block b items b, b + grid, ... below the list's count times its row tiles. The
+ * grid a block an item is sized by E, the list's bound, and a routing that fills the 128-row
+ * tiles leaves the list nearly empty: at uniform T = 4096 GEMM1's two smaller tiers had 16,384
+ * blocks that left after one read, 43 us between GEMM1's 128-row tiles and GEMM2 on an H100
+ * (22 us in one wave; docs/perf-cuda.md, fifty-first run). Below 32-row tiles (tiers 32,16) the
+ * list holds most tiles and a block an item stays: one wave was 1.1-1.5 % slower at T = 512.
+ * A block lets the dependent grid launch as it begins its last item, so that grid still
+ * starts once every item has. */
 template <int STAGE, int BN, int STAGES, int RT, bool PIPE, int KS, int CPS, bool DIRECT>
 __global__ void __launch_bounds__(WG_THREADS * RT, 4)
     expert_wgmma_listed_kernel(stream_args p, wg_split split, const uint8_t *two_products, wg_chain chain) {
@@ -768,10 +770,12 @@ moe_status launch(cudaStream_t stream, const moe_cuda_experts *ex, int T, int K,
                         STAGE, blocks);
     const int smem = wg_smem_bytes<BN, RT, STAGES, CPS, DIRECT>();
     auto kernel = expert_wgmma_kernel<STAGE, BN, STAGES, RT, PIPE, KS, CPS, DIRECT>;
+    /* a listed tier below 128-row tiles: one wave (expert_wgmma_listed_kernel); below 32-row
+     * tiles the list holds most tiles, and a block an item was faster */
     bool one_wave = false;
     if constexpr (DIRECT && KS == 1 && RT == 1) {
-        if (p.tier_list) kernel = expert_wgmma_listed_kernel<STAGE, BN, STAGES, RT, PIPE, KS, CPS, DIRECT>;
-        one_wave = p.tier_list != NULL;
+        one_wave = p.tier_list != NULL && table_m == WG_ROWS;
+        if (one_wave) kernel = expert_wgmma_listed_kernel<STAGE, BN, STAGES, RT, PIPE, KS, CPS, DIRECT>;
     }
     CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     long grid = blocks;
@@ -865,7 +869,8 @@ moe_status launch_rows(int bn, int table_m, cudaStream_t stream, const moe_cuda_
  * launches beside the one before. The first takes the table's first n_tiles[0] tiles, where the
  * grouping puts its own (cuda_group_block.cuh), on a grid of at most T K / (rows[1] + 1) tiles
  * (each of its tiles holds more than rows[1] rows); each other tier reads the list the grouping
- * made of its tiles (at most one an expert, so a grid of E tiles at most). Blocks past either
+ * made of its tiles (at most one an expert, so a grid of E tiles at most; under 128-row tiles
+ * one wave of blocks that take its items in turn, expert_wgmma_listed_kernel). Blocks past either
  * count leave after one read (three dependent reads before: on an H100 the layer at T = 4096
  * 0.7-0.8 % faster on both routings with the later tiers' lists, T = 2048 1.2 % on uniform
  * routing, T = 1500 0.9 % slower on the skewed one; docs/perf-cuda.md, forty-sixth run; the
