@@ -22,7 +22,8 @@
  *     caller's out. The combine runs in out's pieces, each piece's DMA (on a stream of its
  *     own) beside the next pieces' combine; from 2 * SINK_PIECE_MIN_TOKENS tokens the sinks'
  *     GEMM1 runs in x's pieces, each as soon as its piece has landed, under the rest of the
- *     upload;
+ *     upload. Where x and out each cross in one piece (host_call_graphed, T <= 128 at
+ *     D = 4096) the upload, the layer and the download are one kept graph, as below;
  *   - moe_cuda_forward_device (cuda_layer.h) runs the same chain on x and out already on the
  *     device: no staging, no upload or download, ordered after and before the caller's stream
  *     by events (or waited for when the caller gives no stream). It launches the chain as one
@@ -76,11 +77,14 @@ namespace {
 enum { EV_UPLOAD, EV_GATE, EV_ROUTE, EV_GROUP, EV_GEMM1, EV_GEMM2, EV_COMBINE, EV_DOWNLOAD,
        EV_BEGIN, EV_SINK_START, EV_SINK_GEMM1, EV_SINK_SWIGLU, EV_SINK_GEMM2, EV_COUNT };
 
-/* One captured layer of the device entry, valid for T tokens on x and out. */
+/* One captured layer, valid for T tokens on x and out: the device entry's (x, out on the
+ * device) or the host call's (host_call: x and out the pinned staging, the upload and the
+ * download inside the graph). */
 struct layer_graph {
     cudaGraphExec_t exec; /* NULL: an empty slot */
     int T;
     const void *x, *out;
+    bool host_call;
     unsigned long last_use;
 };
 
@@ -130,7 +134,8 @@ struct cuda_state {
     int32_t *counts;    /* [E] */
     int32_t *n_tiles;   /* [moe_cuda_tile_counts(E)]: the table's tiles, the tiers' lists */
     unsigned *front_ticket; /* [1] the small-T front end's, zero between launches */
-    /* the device entry's captured layers (capture_layer), the least recently used replaced */
+    /* the device entry's and the small host call's captured layers (capture_layer), the least
+     * recently used replaced */
     layer_graph graphs[GRAPH_CACHE];
     unsigned long graph_clock; /* counts the graphs' uses, for last_use */
     float *stage;       /* stage conversions, stage_cap floats */
@@ -711,6 +716,8 @@ moe_status ensure_staging(cuda_state *s, int T, moe_error *err) {
     if (T <= s->staging_T) return MOE_OK;
     CUDA_TRY(cudaStreamSynchronize(s->routed)); /* no copy still reads the old buffers */
     CUDA_TRY(cudaStreamSynchronize(s->download));
+    for (int i = 0; i < GRAPH_CACHE; i++) /* the host call's graphs copy to and from them */
+        if (s->graphs[i].host_call) drop_graph(&s->graphs[i]);
     cudaFreeHost(s->staging);
     s->staging = NULL;
     s->staging_T = 0;
@@ -957,8 +964,19 @@ moe_status read_times(cuda_state *s, moe_cuda_stage_times *times, moe_error *err
     return MOE_OK;
 }
 
+moe_status forward_graphed(cuda_state *s, int T, const uint16_t *x, float *out, moe_error *err);
+
+/* Whether the untimed host call at T runs as one kept graph (forward_graphed): x and out each
+ * cross the bus in one piece (at most STAGING_MIN_CHUNK bytes: T <= 128 at D = 4096) and the
+ * sinks' GEMM1 is not in x's pieces. There the chain's dozen launches and the separate copies,
+ * not the bytes, put the host clock 1.12-1.19 times the layer's device interval at T = 1 on an
+ * H200 (docs/perf-cuda.md). */
+bool host_call_graphed(const cuda_state *s, int T) {
+    return (size_t)T * s->D * 2 <= STAGING_MIN_CHUNK && sink_piece_tokens(s, T) == 0;
+}
+
 /* A forward call on host x and out: upload through the staging, the layer, stage copies,
- * download through the staging. */
+ * download through the staging (one kept graph where host_call_graphed). */
 moe_status forward_impl(cuda_state *s, int T, const uint16_t *x, float *out, moe_stages *stg,
                         moe_cuda_stage_times *times, moe_error *err) {
     const bool timed = times != NULL;
@@ -969,6 +987,7 @@ moe_status forward_impl(cuda_state *s, int T, const uint16_t *x, float *out, moe
     CUDA_TRY(cudaSetDevice(s->device));
     TRY(ensure_workspace(s, T, err));
     TRY(ensure_staging(s, T, err));
+    if (!timed && !stg && host_call_graphed(s, T)) return forward_graphed(s, T, x, out, err);
     cudaStream_t st = s->routed;
 
     TRY(mark(s, timed, EV_BEGIN, st, err));
@@ -997,16 +1016,29 @@ bool on_device(const cuda_state *s, const void *p) {
            a.device == s->device;
 }
 
-/* The graph of the layer on x [T, D] and out [T, D] (device), in *exec: a kept one with this
- * key, else one captured from the routed stream (the sinks stream joins through its events)
- * into the slot used least recently, whose graph is updated in place where CUDA allows it and
- * instantiated again where not. */
-moe_status capture_layer(cuda_state *s, int T, const uint16_t *x, float *out,
+/* Queues what a captured graph holds on the routed stream: the layer on x [T, D] into out
+ * [T, D] (device, fp32), or for the host call (host_call; x, out NULL) x's upload from the
+ * staging, the layer into out's bf16 patterns and their download to the staging. */
+moe_status queue_captured(cuda_state *s, int T, const uint16_t *x, float *out, bool host_call,
+                          moe_error *err) {
+    if (!host_call) return run_layer(s, T, x, out, NULL, false, false, err);
+    const size_t bytes = (size_t)T * s->D * 2; /* x and out's patterns alike */
+    CUDA_TRY(cudaMemcpyAsync(s->x, s->x_host, bytes, cudaMemcpyHostToDevice, s->routed));
+    TRY(run_layer(s, T, s->x, NULL, (uint16_t *)s->out, false, false, err));
+    CUDA_TRY(cudaMemcpyAsync(s->out_host, s->out, bytes, cudaMemcpyDeviceToHost, s->routed));
+    return MOE_OK;
+}
+
+/* The graph of queue_captured's work for (T, x, out, host_call), in *exec: a kept one with
+ * this key, else one captured from the routed stream (the sinks stream joins through its
+ * events) into the slot used least recently, whose graph is updated in place where CUDA
+ * allows it and instantiated again where not. */
+moe_status capture_layer(cuda_state *s, int T, const uint16_t *x, float *out, bool host_call,
                          cudaGraphExec_t *exec, moe_error *err) {
     layer_graph *slot = &s->graphs[0];
     for (int i = 0; i < GRAPH_CACHE; i++) {
         layer_graph *g = &s->graphs[i];
-        if (g->exec && g->T == T && g->x == x && g->out == out) {
+        if (g->exec && g->T == T && g->x == x && g->out == out && g->host_call == host_call) {
             g->last_use = ++s->graph_clock;
             *exec = g->exec;
             return MOE_OK;
@@ -1016,7 +1048,7 @@ moe_status capture_layer(cuda_state *s, int T, const uint16_t *x, float *out,
         if (replaces_sooner) slot = g;
     }
     CUDA_TRY(cudaStreamBeginCapture(s->routed, cudaStreamCaptureModeRelaxed));
-    moe_status st = run_layer(s, T, x, out, NULL, false, false, err);
+    moe_status st = queue_captured(s, T, x, out, host_call, err);
     cudaGraph_t g = NULL;
     const cudaError_t ended = cudaStreamEndCapture(s->routed, &g);
     if (!st && ended != cudaSuccess)
@@ -1043,8 +1075,23 @@ moe_status capture_layer(cuda_state *s, int T, const uint16_t *x, float *out,
         drop_graph(slot);
         return st;
     }
-    slot->T = T, slot->x = x, slot->out = out, slot->last_use = ++s->graph_clock;
+    slot->T = T, slot->x = x, slot->out = out, slot->host_call = host_call;
+    slot->last_use = ++s->graph_clock;
     *exec = slot->exec;
+    return MOE_OK;
+}
+
+/* The host call at T (host_call_graphed) on x, out [T, D] in host memory: x into the staging,
+ * one kept graph (upload, layer, download), out widened from the staging. The graph holds the
+ * kernels of the stream-launched call in the same order: the same bits. */
+moe_status forward_graphed(cuda_state *s, int T, const uint16_t *x, float *out, moe_error *err) {
+    const size_t n = (size_t)T * s->D;
+    moe_copy_parallel(s->x_host, x, n * 2, s->copy_threads);
+    cudaGraphExec_t graph = NULL;
+    TRY(capture_layer(s, T, NULL, NULL, true, &graph, err));
+    CUDA_TRY(cudaGraphLaunch(graph, s->routed));
+    CUDA_TRY(cudaStreamSynchronize(s->routed));
+    moe_widen_bf16_parallel(out, s->out_host, n, s->copy_threads);
     return MOE_OK;
 }
 
@@ -1076,7 +1123,7 @@ moe_status forward_device(cuda_state *s, int T, const uint16_t *x_dev, float *ou
         TRY(run_layer(s, T, x, out_dev, NULL, false, timed, err));
     } else {
         cudaGraphExec_t graph = NULL;
-        TRY(capture_layer(s, T, x, out_dev, &graph, err));
+        TRY(capture_layer(s, T, x, out_dev, false, &graph, err));
         if (graph_ms) CUDA_TRY(cudaEventRecord(s->timing[EV_UPLOAD], st));
         CUDA_TRY(cudaGraphLaunch(graph, st));
         if (graph_ms) CUDA_TRY(cudaEventRecord(s->timing[EV_COMBINE], st));
