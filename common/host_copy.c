@@ -13,7 +13,7 @@
 #endif
 
 #define COPY_PIECE_ALIGN ((size_t)4096)
-#define COPY_PIECE_MIN ((size_t)128 << 10) /* smaller pieces cost more in hand-outs than they save */
+#define COPY_PIECE_MIN ((size_t)64 << 10) /* smaller pieces cost more in hand-outs than they save */
 
 int moe_copy_threads(void) {
     const int n = omp_get_max_threads();

@@ -29,7 +29,10 @@
 extern "C" {
 #endif
 
-#define MOE_COPY_SPLIT_MIN ((size_t)1 << 20) /* bytes: below this one thread copies */
+#define MOE_COPY_SPLIT_MIN ((size_t)256 << 10) /* bytes: below this one thread copies. The host
+                                                  call's x at T = 64 (512 kB) took 52-58 us to
+                                                  stage on one thread of an H100 host, 27 on a
+                                                  team (docs/perf-cuda.md, fifty-eighth run) */
 #define MOE_COPY_MAX_THREADS 8 /* threads of a large copy at most; OMP_NUM_THREADS lowers it.
                                   On a 16-core H200 host the host call at T = 4096 took 7.36-7.41
                                   ms with 8 threads, 7.30 with 16 (device-notes): half the cores
@@ -40,7 +43,7 @@ extern "C" {
 int moe_copy_threads(void);
 
 /* memcpy(dst, src, bytes) over at most `threads` threads (rules above): about four pieces a
- * thread, none under 128 kB. */
+ * thread, none under 64 kB. */
 void moe_copy_parallel(void *dst, const void *src, size_t bytes, int threads);
 
 /* dst[i] = the fp32 number whose upper 16 bits are the bf16 pattern src[i] and whose lower 16

@@ -970,7 +970,8 @@ moe_status forward_graphed(cuda_state *s, int T, const uint16_t *x, float *out, 
  * cross the bus in one piece (at most STAGING_MIN_CHUNK bytes: T <= 128 at D = 4096) and the
  * sinks' GEMM1 is not in x's pieces. There the chain's dozen launches and the separate copies,
  * not the bytes, put the host clock 1.12-1.19 times the layer's device interval at T = 1 on an
- * H200 (docs/perf-cuda.md). */
+ * H200; as one graph the call took 0.98-1.02 times it on an H100 where the launched chain took
+ * 1.08-1.10 (docs/perf-cuda.md, fifty-eighth run). */
 bool host_call_graphed(const cuda_state *s, int T) {
     return (size_t)T * s->D * 2 <= STAGING_MIN_CHUNK && sink_piece_tokens(s, T) == 0;
 }
