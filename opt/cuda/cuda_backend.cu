@@ -596,13 +596,10 @@ bool sinks_beside_front(const cuda_state *s, int T, const uint16_t *x) {
 /* Tokens per piece of the sinks' GEMM1 in the host call at T tokens; 0: one GEMM. Where there
  * are two pieces or more, the host call queues each piece as soon as its rows of x have landed,
  * so that the sinks' GEMM1 runs under the rest of the upload instead of after it
- * (docs/perf-cuda.md, forty-first run). Every piece runs the algorithm cuBLASLt chose for the
- * whole T, whose rows do not depend on the rows beside them, so the device entry runs one GEMM
- * and both calls give the same bits (the lab's "device call equal"). A piece is a multiple of
- * 128 tokens (its rows of x and of g, u start 256-byte aligned, as cuBLASLt's algorithm
- * assumes), STAGING_CHUNKS pieces at most, and at least SINK_PIECE_MIN_TOKENS: pieces of 256
- * tokens made the serving graph at T = 2048 3 % slower on an H100, half the multiprocessors idle
- * beside each. */
+ * (docs/perf-cuda.md, forty-first run). A piece is a multiple of 128 tokens (its rows of x and
+ * of g, u start 256-byte aligned, as cuBLASLt's algorithm assumes), STAGING_CHUNKS pieces at
+ * most, and at least SINK_PIECE_MIN_TOKENS: pieces of 256 tokens made the serving graph at
+ * T = 2048 3 % slower on an H100, half the multiprocessors idle beside each. */
 int sink_piece_tokens(const cuda_state *s, int T) {
     if (s->S == 0 || s->SIL == 0) return 0;
     const int per_chunk = ((T + STAGING_CHUNKS - 1) / STAGING_CHUNKS + 127) / 128 * 128;
@@ -610,14 +607,31 @@ int sink_piece_tokens(const cuda_state *s, int T) {
     return T >= 2 * P ? P : 0;
 }
 
+int sink_pieces(const cuda_state *s, int T) {
+    const int P = sink_piece_tokens(s, T);
+    return P ? (T + P - 1) / P : 1;
+}
+
+/* Whether the device entry runs the sinks' GEMM1 as one GEMM where the host call has pieces.
+ * Then every piece runs the algorithm cuBLASLt chose for the whole T: its rows do not depend
+ * on the rows beside them (the lab's "device call equal"), so both calls give the same bits.
+ * Whole against main's pieces (docs/perf-cuda.md, sixtieth run, an H100, serving graph, five
+ * processes each): uniform T = 2048 / 3072 / 4096 0.6 / 0.4 / 0.3 % faster, skewed 2048 0.5 %;
+ * T = 1024 (two pieces) 0.5-1.0 % and skewed 1536 (three) 0.4 % slower, hence four pieces. */
+#define SINK_WHOLE_MIN_PIECES 4
+static bool sink_gemm1_whole(const cuda_state *s, int T) {
+    return sink_pieces(s, T) >= SINK_WHOLE_MIN_PIECES;
+}
+
 /* Piece i of the sinks' GEMM1 at T tokens on the sinks stream: g, u [n, S*2*SIL] of tokens
  * [i*P, i*P + n) of x [T, D], P = sink_piece_tokens; i = -1: the whole of x. */
 moe_status sink_gemm1_piece(cuda_state *s, int T, int i, const uint16_t *x, moe_error *err) {
     const int P = sink_piece_tokens(s, T), N = s->S * 2 * s->SIL;
     const int t0 = i >= 0 ? i * P : 0, n = i >= 0 ? (T - t0 < P ? T - t0 : P) : T;
+    const int algo_T = sink_gemm1_whole(s, T) ? T : n;
     moe_cuda_lt_plan *plan = i < 0 ? (P ? &s->sink1_whole_plan : &s->sink1_plan)
                              : n == P ? &s->sink1_plan : &s->sink1_tail_plan;
-    TRY(moe_cuda_lt_plan_for(s->lt, plan, N, s->D, n, T, CUDA_R_16BF, sink1_sms(s, T),
+    TRY(moe_cuda_lt_plan_for(s->lt, plan, N, s->D, n, algo_T, CUDA_R_16BF, sink1_sms(s, T),
                              LT_WORKSPACE_BYTES, err));
     return moe_cuda_lt_run(s->lt, plan, s->sink_w13, x + (size_t)t0 * s->D,
                            s->sink_gu + (size_t)t0 * N, s->lt_ws_sinks, LT_WORKSPACE_BYTES,
@@ -656,7 +670,10 @@ moe_status run_sinks(cuda_state *s, int T, const uint16_t *x, bool beside, bool 
     }
     if (!gemm1_queued) {
         TRY(mark(s, timed, EV_SINK_START, st, err));
-        TRY(sink_gemm1_piece(s, T, -1, x, err));
+        if (sink_gemm1_whole(s, T))
+            TRY(sink_gemm1_piece(s, T, -1, x, err));
+        else
+            for (int i = 0; i < sink_pieces(s, T); i++) TRY(sink_gemm1_piece(s, T, i, x, err));
         TRY(mark(s, timed, EV_SINK_GEMM1, st, err));
     }
     CUDA_TRY(cudaStreamWaitEvent(st, s->route_ready, 0)); /* the gammas */
