@@ -624,12 +624,13 @@ static bool sink_gemm1_whole(const cuda_state *s, int T) {
 }
 
 /* Piece i of the sinks' GEMM1 at T tokens on the sinks stream: g, u [n, S*2*SIL] of tokens
- * [i*P, i*P + n) of x [T, D], P = sink_piece_tokens; i = -1: the whole of x. */
+ * [i*P, i*P + n) of x [T, D], P = sink_piece_tokens; the whole of x where i = -1 or P = 0. */
 moe_status sink_gemm1_piece(cuda_state *s, int T, int i, const uint16_t *x, moe_error *err) {
     const int P = sink_piece_tokens(s, T), N = s->S * 2 * s->SIL;
-    const int t0 = i >= 0 ? i * P : 0, n = i >= 0 ? (T - t0 < P ? T - t0 : P) : T;
+    const bool whole = i < 0 || P == 0;
+    const int t0 = whole ? 0 : i * P, n = whole ? T : (T - t0 < P ? T - t0 : P);
     const int algo_T = sink_gemm1_whole(s, T) ? T : n;
-    moe_cuda_lt_plan *plan = i < 0 ? (P ? &s->sink1_whole_plan : &s->sink1_plan)
+    moe_cuda_lt_plan *plan = whole ? (P ? &s->sink1_whole_plan : &s->sink1_plan)
                              : n == P ? &s->sink1_plan : &s->sink1_tail_plan;
     TRY(moe_cuda_lt_plan_for(s->lt, plan, N, s->D, n, algo_T, CUDA_R_16BF, sink1_sms(s, T),
                              LT_WORKSPACE_BYTES, err));
