@@ -534,9 +534,10 @@ static void test_device_entry_matches_host_entry(void **state) {
     (void)state;
     skip_without_gpu();
     static const moe_routed_format formats[3] = {MOE_ROUTED_MXFP4, MOE_ROUTED_BF16, MOE_ROUTED_NVFP4};
-    /* 2300: the sinks' GEMM1 in pieces; 11000: out's combine and download in three pieces
-     * (at least 1 MB each), the last short */
-    static const int Ts[] = {1, 8, 33, 200, 2300, 11000};
+    /* 1100: the sinks' GEMM1 in three pieces in both entries; 2300: in five in the host entry
+     * and whole in the device entry (opt/cuda/cuda_backend.cu, sink_gemm1_whole); 11000: out's
+     * combine and download in three pieces (at least 1 MB each), the last short */
+    static const int Ts[] = {1, 8, 33, 200, 1100, 2300, 11000};
     enum { T_MAX = 11000 };
     for (int f = 0; f < 3; f++) {
         moe_config c = {96, 64, 24, 4, 2, 8.0f, true, true, formats[f]};

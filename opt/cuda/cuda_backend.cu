@@ -107,7 +107,8 @@ struct cuda_state {
     cublasLtHandle_t lt;
     void *lt_ws_routed, *lt_ws_sinks;
     moe_cuda_lt_plan gate_plan, sink1_plan, sink2_plan;
-    moe_cuda_lt_plan sink1_tail_plan; /* the sinks' GEMM1 on a last, shorter piece */
+    moe_cuda_lt_plan sink1_tail_plan;  /* the sinks' GEMM1 on a last, shorter piece */
+    moe_cuda_lt_plan sink1_whole_plan; /* the sinks' GEMM1 whole where the host call has pieces */
     /* resident weights */
     uint16_t *gate_w;   /* [G, D], then zero rows up to moe_cuda_gate_rows(G) */
     float *gate_bias;   /* [R] or NULL */
@@ -267,6 +268,7 @@ void cuda_destroy(void *p) {
     moe_cuda_lt_plan_free(&s->gate_plan);
     moe_cuda_lt_plan_free(&s->sink1_plan);
     moe_cuda_lt_plan_free(&s->sink1_tail_plan);
+    moe_cuda_lt_plan_free(&s->sink1_whole_plan);
     moe_cuda_lt_plan_free(&s->sink2_plan);
     if (s->lt) cublasLtDestroy(s->lt);
     if (s->x_ready) cudaEventDestroy(s->x_ready);
@@ -591,14 +593,13 @@ bool sinks_beside_front(const cuda_state *s, int T, const uint16_t *x) {
            moe_cuda_sinks_small_fits(T, s->S * s->SIL, s->sink_w2, s->sink_h);
 }
 
-/* Tokens per piece of the sinks' GEMM1 at T tokens; 0: one GEMM. Where there are two pieces
- * or more, the host call queues each piece as soon as its rows of x have landed, so that the
- * sinks' GEMM1 runs under the rest of the upload instead of after it (docs/perf-cuda.md,
- * forty-first run); the device entry runs the same pieces one after the other, so both calls
- * give the same bits. A piece is a multiple of 128 tokens (its rows of x and of g, u start
- * 256-byte aligned, as cuBLASLt's algorithm assumes), STAGING_CHUNKS pieces at most, and at
- * least SINK_PIECE_MIN_TOKENS: pieces of 256 tokens made the serving graph at T = 2048 3 %
- * slower on an H100, half the multiprocessors idle beside each. */
+/* Tokens per piece of the sinks' GEMM1 in the host call at T tokens; 0: one GEMM. Where there
+ * are two pieces or more, the host call queues each piece as soon as its rows of x have landed,
+ * so that the sinks' GEMM1 runs under the rest of the upload instead of after it
+ * (docs/perf-cuda.md, forty-first run). A piece is a multiple of 128 tokens (its rows of x and
+ * of g, u start 256-byte aligned, as cuBLASLt's algorithm assumes), STAGING_CHUNKS pieces at
+ * most, and at least SINK_PIECE_MIN_TOKENS: pieces of 256 tokens made the serving graph at
+ * T = 2048 3 % slower on an H100, half the multiprocessors idle beside each. */
 int sink_piece_tokens(const cuda_state *s, int T) {
     if (s->S == 0 || s->SIL == 0) return 0;
     const int per_chunk = ((T + STAGING_CHUNKS - 1) / STAGING_CHUNKS + 127) / 128 * 128;
@@ -611,13 +612,27 @@ int sink_pieces(const cuda_state *s, int T) {
     return P ? (T + P - 1) / P : 1;
 }
 
+/* Whether the device entry runs the sinks' GEMM1 as one GEMM where the host call has pieces.
+ * Then every piece runs the algorithm cuBLASLt chose for the whole T: its rows do not depend
+ * on the rows beside them (the lab's "device call equal"), so both calls give the same bits.
+ * Whole against main's pieces (docs/perf-cuda.md, sixtieth run, an H100, serving graph, five
+ * processes each): uniform T = 2048 / 3072 / 4096 0.6 / 0.4 / 0.3 % faster, skewed 2048 0.5 %;
+ * T = 1024 (two pieces) 0.5-1.0 % and skewed 1536 (three) 0.4 % slower, hence four pieces. */
+#define SINK_WHOLE_MIN_PIECES 4
+static bool sink_gemm1_whole(const cuda_state *s, int T) {
+    return sink_pieces(s, T) >= SINK_WHOLE_MIN_PIECES;
+}
+
 /* Piece i of the sinks' GEMM1 at T tokens on the sinks stream: g, u [n, S*2*SIL] of tokens
- * [i*P, i*P + n) of x [T, D], P = sink_piece_tokens (the whole of x when P = 0). */
+ * [i*P, i*P + n) of x [T, D], P = sink_piece_tokens; the whole of x where i = -1 or P = 0. */
 moe_status sink_gemm1_piece(cuda_state *s, int T, int i, const uint16_t *x, moe_error *err) {
     const int P = sink_piece_tokens(s, T), N = s->S * 2 * s->SIL;
-    const int t0 = P ? i * P : 0, n = P ? (T - t0 < P ? T - t0 : P) : T;
-    moe_cuda_lt_plan *plan = n == P || P == 0 ? &s->sink1_plan : &s->sink1_tail_plan;
-    TRY(moe_cuda_lt_plan_for(s->lt, plan, N, s->D, n, CUDA_R_16BF, sink1_sms(s, T),
+    const bool whole = i < 0 || P == 0;
+    const int t0 = whole ? 0 : i * P, n = whole ? T : (T - t0 < P ? T - t0 : P);
+    const int algo_T = sink_gemm1_whole(s, T) ? T : n;
+    moe_cuda_lt_plan *plan = whole ? (P ? &s->sink1_whole_plan : &s->sink1_plan)
+                             : n == P ? &s->sink1_plan : &s->sink1_tail_plan;
+    TRY(moe_cuda_lt_plan_for(s->lt, plan, N, s->D, n, algo_T, CUDA_R_16BF, sink1_sms(s, T),
                              LT_WORKSPACE_BYTES, err));
     return moe_cuda_lt_run(s->lt, plan, s->sink_w13, x + (size_t)t0 * s->D,
                            s->sink_gu + (size_t)t0 * N, s->lt_ws_sinks, LT_WORKSPACE_BYTES,
@@ -656,13 +671,16 @@ moe_status run_sinks(cuda_state *s, int T, const uint16_t *x, bool beside, bool 
     }
     if (!gemm1_queued) {
         TRY(mark(s, timed, EV_SINK_START, st, err));
-        for (int i = 0; i < sink_pieces(s, T); i++) TRY(sink_gemm1_piece(s, T, i, x, err));
+        if (sink_gemm1_whole(s, T))
+            TRY(sink_gemm1_piece(s, T, -1, x, err));
+        else
+            for (int i = 0; i < sink_pieces(s, T); i++) TRY(sink_gemm1_piece(s, T, i, x, err));
         TRY(mark(s, timed, EV_SINK_GEMM1, st, err));
     }
     CUDA_TRY(cudaStreamWaitEvent(st, s->route_ready, 0)); /* the gammas */
     TRY(moe_cuda_sink_swiglu(st, T, s->K, S, SIL, s->sink_gu, s->weights, s->sink_h, err));
     TRY(mark(s, timed, EV_SINK_SWIGLU, st, err));
-    TRY(moe_cuda_lt_plan_for(s->lt, &s->sink2_plan, D, S * SIL, T, CUDA_R_32F, sink_sms(s, T),
+    TRY(moe_cuda_lt_plan_for(s->lt, &s->sink2_plan, D, S * SIL, T, 0, CUDA_R_32F, sink_sms(s, T),
                              LT_WORKSPACE_BYTES, err));
     TRY(moe_cuda_lt_run(s->lt, &s->sink2_plan, s->sink_w2, s->sink_h, s->sink_y, s->lt_ws_sinks,
                         LT_WORKSPACE_BYTES, st, err));
@@ -885,7 +903,7 @@ moe_status run_layer(cuda_state *s, int T, const uint16_t *x, float *out, uint16
             s->perm, s->tiles, s->n_tiles};
         TRY(moe_cuda_front_small(st, &front, err));
     } else {
-        TRY(moe_cuda_lt_plan_for(s->lt, &s->gate_plan, moe_cuda_gate_rows(s->G), D, T, CUDA_R_32F,
+        TRY(moe_cuda_lt_plan_for(s->lt, &s->gate_plan, moe_cuda_gate_rows(s->G), D, T, 0, CUDA_R_32F,
                                  gate_sms(s, T), LT_WORKSPACE_BYTES, err));
         TRY(moe_cuda_lt_run(s->lt, &s->gate_plan, s->gate_w, x, s->logits, s->lt_ws_routed,
                             LT_WORKSPACE_BYTES, st, err));

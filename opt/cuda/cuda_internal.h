@@ -310,21 +310,22 @@ moe_status moe_cuda_stage_rows(cudaStream_t stream, int rows, int cols, int slot
 /* ---------------------------------------------------------------- dense GEMMs (cuda_lt.cu) */
 
 /* C [T, N] (row-major, fp32 or bf16) = X [T, Kd] bf16 times W [N, Kd]^T bf16, fp32 accumulate,
- * through cuBLASLt. A plan holds the descriptors and the algorithm for one T; it is rebuilt
- * when T changes. */
+ * through cuBLASLt. A plan holds the descriptors and the algorithm for one T (chosen for algo_T
+ * rows; 0: for T); it is rebuilt when either changes. */
 typedef struct {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t w, x, c;
     cublasLtMatmulAlgo_t algo;
     int T, N, Kd;
+    int algo_T; /* the row count the algorithm was chosen for (T unless the plan says) */
     cudaDataType_t out_type;
     int sm_target; /* multiprocessors the algorithm is chosen for; 0: all */
     bool ready;
 } moe_cuda_lt_plan;
 
 moe_status moe_cuda_lt_plan_for(cublasLtHandle_t lt, moe_cuda_lt_plan *plan, int N, int Kd, int T,
-                                cudaDataType_t out_type, int sm_target, size_t workspace_bytes,
-                                moe_error *err);
+                                int algo_T, cudaDataType_t out_type, int sm_target,
+                                size_t workspace_bytes, moe_error *err);
 /* w [N, Kd], x [T, Kd], c [T, N]. */
 moe_status moe_cuda_lt_run(cublasLtHandle_t lt, const moe_cuda_lt_plan *plan, const uint16_t *w,
                            const uint16_t *x, void *c, void *workspace, size_t workspace_bytes,

@@ -550,7 +550,7 @@ static double time_lt(cublasLtHandle_t lt, int sm_target, const uint4 *w, const 
     moe_cuda_lt_plan plan;
     memset(&plan, 0, sizeof plan);
     moe_error err;
-    if (moe_cuda_lt_plan_for(lt, &plan, N_ROWS, KD, 1, CUDA_R_16BF, sm_target, LT_WORKSPACE, &err)) {
+    if (moe_cuda_lt_plan_for(lt, &plan, N_ROWS, KD, 1, 0, CUDA_R_16BF, sm_target, LT_WORKSPACE, &err)) {
         fprintf(stderr, "cuda-stream-probe: %s\n", err.msg);
         exit(1);
     }
